@@ -1,0 +1,90 @@
+//! The one error type of flexkv.
+//!
+//! Every fallible call in the crate returns [`Result<T>`]. Errors say what went wrong in
+//! terms a caller can act on: bad input is [`Error::InvalidArgument`] (and nothing was
+//! changed), bytes that fail a check are [`Error::Corruption`] with the file and offset,
+//! and anything the operating system refused is [`Error::Io`] with the operation and path.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// The result type used throughout flexkv.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in flexkv.
+#[non_exhaustive]
+#[derive(Debug)]
+pub enum Error {
+    /// The operating system (or the fault-injecting file system) failed an operation.
+    Io {
+        /// What was being done: `"open"`, `"read"`, `"sync"`, ...
+        op: &'static str,
+        /// The file or directory it was done to.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Bytes on disk failed a check: a checksum, a magic number, a length out of bounds.
+    Corruption {
+        /// The file that holds the bad bytes.
+        file: PathBuf,
+        /// Where in the file the bad bytes start.
+        offset: u64,
+        /// What check failed.
+        reason: String,
+    },
+    /// The caller passed an argument outside what the call accepts; nothing was changed.
+    InvalidArgument(String),
+    /// Another owner holds the lock on this path (another process, or another open handle).
+    Locked(PathBuf),
+}
+
+impl Error {
+    /// Wraps an I/O error with the operation and path it came from.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Builds an [`Error::InvalidArgument`] from anything printable.
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io { op, path, source } => {
+                write!(f, "I/O error during {op} on {}: {source}", path.display())
+            }
+            Error::Corruption {
+                file,
+                offset,
+                reason,
+            } => write!(
+                f,
+                "corruption in {} at offset {offset}: {reason}",
+                file.display()
+            ),
+            Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            Error::Locked(path) => write!(
+                f,
+                "{} is locked by another owner (another process or open handle)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

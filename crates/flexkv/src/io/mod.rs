@@ -1,0 +1,133 @@
+//! The only place in flexkv that touches files.
+//!
+//! Every component reaches the disk through a [`Vfs`] (a file system) and the
+//! [`VfsFile`]s it opens. Two implementations exist:
+//!
+//! - [`RealVfs`]: the operating system's file system (positional I/O, `fdatasync`,
+//!   `fallocate` hole punching, `flock` locks).
+//! - [`FaultVfs`]: an in-memory file system for tests that remembers what was synced
+//!   and can [`crash`](FaultVfs::crash) into any state a disk could hold after a power
+//!   cut, or fail the n-th operation.
+//!
+//! The contract both keep, and that every component relies on:
+//! - `write_at` / `append` / `set_len` / `punch_hole` reach the device only after
+//!   `sync` of that file returns `Ok`.
+//! - Creating, renaming or removing a file reaches the device only after `sync_dir` of
+//!   its directory returns `Ok` (a synced file whose name was never made durable can
+//!   vanish in a crash).
+//! - A failed operation changed nothing that a later successful `sync` would not also
+//!   have to re-do; callers treat a failed `sync` as fatal for what it covered.
+
+mod fault;
+mod real;
+
+pub use fault::{CrashMode, FaultVfs};
+pub use real::RealVfs;
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::{Error, Result};
+
+/// How [`Vfs::open`] treats a file that does or does not exist. Files are always
+/// opened for reading and writing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Open the file if it exists, create it empty if it does not.
+    Create,
+    /// Create the file; fail if it already exists.
+    CreateNew,
+    /// Open an existing file; fail if it does not exist.
+    Existing,
+}
+
+/// A file system: the directory operations of flexkv.
+pub trait Vfs: Send + Sync + fmt::Debug {
+    /// Opens (or creates, by `mode`) the file at `path` for reading and writing.
+    fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn VfsFile>>;
+    /// Whether a file or directory exists at `path`.
+    fn exists(&self, path: &Path) -> Result<bool>;
+    /// Atomically renames `from` to `to`, replacing `to` if it exists.
+    fn rename(&self, from: &Path, to: &Path) -> Result<()>;
+    /// Removes the file at `path`.
+    fn remove(&self, path: &Path) -> Result<()>;
+    /// The names of the files in `dir`, sorted.
+    fn list(&self, dir: &Path) -> Result<Vec<String>>;
+    /// Creates `dir` and its missing parents.
+    fn create_dir_all(&self, dir: &Path) -> Result<()>;
+    /// Makes every create, rename and remove done so far in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> Result<()>;
+    /// Takes an exclusive lock on the file at `path` (created if missing), held until
+    /// the returned guard is dropped. Fails with [`Error::Locked`] if anyone else holds it.
+    fn lock(&self, path: &Path) -> Result<FileLock>;
+}
+
+/// An open file. All offsets are absolute (positional I/O); handles are shared between
+/// threads freely.
+pub trait VfsFile: Send + Sync + fmt::Debug {
+    /// The path the file was opened at.
+    fn path(&self) -> &Path;
+    /// Reads into `buf` from `offset`; returns how many bytes were read, which is fewer
+    /// than `buf.len()` only at the end of the file.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize>;
+    /// Writes all of `data` at `offset`, extending the file if needed.
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<()>;
+    /// Writes all of `data` at the current end of the file and returns the offset it was
+    /// written at. Appends through one handle are serialized with each other.
+    fn append(&self, data: &[u8]) -> Result<u64>;
+    /// The file's current length in bytes.
+    fn len(&self) -> Result<u64>;
+    /// Truncates or extends (with zeros) the file to `len` bytes.
+    fn set_len(&self, len: u64) -> Result<()>;
+    /// Deallocates `[offset, offset + len)`; the range then reads as zeros and the file
+    /// length is unchanged.
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<()>;
+    /// Makes everything written to this file so far durable.
+    fn sync(&self) -> Result<()>;
+
+    /// Whether the file is empty.
+    fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Reads exactly `buf.len()` bytes from `offset`; reaching the end of the file first
+    /// is an [`Error::Io`] of kind `UnexpectedEof`.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let n = self.read_at(&mut buf[done..], offset + done as u64)?;
+            if n == 0 {
+                let eof = std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "wanted {} bytes at offset {offset}, the file ends after {done}",
+                        buf.len()
+                    ),
+                );
+                return Err(Error::io("read", self.path(), eof));
+            }
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// An exclusive lock taken by [`Vfs::lock`]; released when dropped.
+pub struct FileLock {
+    _guard: Box<dyn Send + Sync>,
+}
+
+impl FileLock {
+    fn new(guard: impl Send + Sync + 'static) -> Self {
+        FileLock {
+            _guard: Box::new(guard),
+        }
+    }
+}
+
+impl fmt::Debug for FileLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FileLock")
+    }
+}

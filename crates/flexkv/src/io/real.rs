@@ -1,0 +1,267 @@
+//! [`RealVfs`]: the operating system's file system behind the [`Vfs`] trait.
+//!
+//! Positional reads and writes (`pread`/`pwrite`), `fdatasync` for file syncs, an
+//! `fsync` of the directory for `sync_dir`, `fallocate(PUNCH_HOLE | KEEP_SIZE)` for
+//! holes, and `flock` for locks (so a second open of the same lock file conflicts even
+//! inside one process).
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rustix::fs::{fallocate, FallocateFlags};
+
+use super::{FileLock, OpenMode, Vfs, VfsFile};
+use crate::{Error, Result};
+
+/// The operating system's file system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealVfs;
+
+impl RealVfs {
+    /// The real file system, shared.
+    pub fn shared() -> Arc<dyn Vfs> {
+        Arc::new(RealVfs)
+    }
+}
+
+#[derive(Debug)]
+struct RealFile {
+    file: File,
+    path: PathBuf,
+    /// Serializes appends: finding the end and writing there must not interleave.
+    append_lock: Mutex<()>,
+}
+
+impl Vfs for RealVfs {
+    fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn VfsFile>> {
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(true);
+        match mode {
+            OpenMode::Create => opts.create(true),
+            OpenMode::CreateNew => opts.create_new(true),
+            OpenMode::Existing => &mut opts,
+        };
+        let file = opts.open(path).map_err(|e| Error::io("open", path, e))?;
+        Ok(Arc::new(RealFile {
+            file,
+            path: path.to_path_buf(),
+            append_lock: Mutex::new(()),
+        }))
+    }
+
+    fn exists(&self, path: &Path) -> Result<bool> {
+        path.try_exists().map_err(|e| Error::io("stat", path, e))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        fs::rename(from, to).map_err(|e| Error::io("rename", from, e))
+    }
+
+    fn remove(&self, path: &Path) -> Result<()> {
+        fs::remove_file(path).map_err(|e| Error::io("remove", path, e))
+    }
+
+    fn list(&self, dir: &Path) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
+            let entry = entry.map_err(|e| Error::io("list", dir, e))?;
+            let is_file = entry
+                .file_type()
+                .map_err(|e| Error::io("list", dir, e))?
+                .is_file();
+            if is_file {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> Result<()> {
+        fs::create_dir_all(dir).map_err(|e| Error::io("create_dir", dir, e))
+    }
+
+    fn sync_dir(&self, dir: &Path) -> Result<()> {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io("sync_dir", dir, e))
+    }
+
+    fn lock(&self, path: &Path) -> Result<FileLock> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Error::io("lock", path, e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(FileLock::new(file)),
+            Err(fs::TryLockError::WouldBlock) => Err(Error::Locked(path.to_path_buf())),
+            Err(fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
+        }
+    }
+}
+
+impl VfsFile for RealFile {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("read", &self.path, e)),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|e| Error::io("write", &self.path, e))
+    }
+
+    fn append(&self, data: &[u8]) -> Result<u64> {
+        let _serial = self.append_lock.lock();
+        let end = self.len()?;
+        self.write_at(data, end)?;
+        Ok(end)
+    }
+
+    fn len(&self) -> Result<u64> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| Error::io("stat", &self.path, e))
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.file
+            .set_len(len)
+            .map_err(|e| Error::io("set_len", &self.path, e))
+    }
+
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        fallocate(
+            &self.file,
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            offset,
+            len,
+        )
+        .map_err(|e| Error::io("punch_hole", &self.path, e.into()))
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io("sync", &self.path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vfs_in_tempdir() -> (tempfile::TempDir, RealVfs) {
+        (tempfile::tempdir().unwrap(), RealVfs)
+    }
+
+    #[test]
+    fn positional_io_append_and_len() {
+        let (dir, vfs) = vfs_in_tempdir();
+        let path = dir.path().join("f");
+        let f = vfs.open(&path, OpenMode::CreateNew).unwrap();
+        assert_eq!(f.append(b"hello").unwrap(), 0);
+        assert_eq!(f.append(b" world").unwrap(), 5);
+        f.write_at(b"J", 6).unwrap();
+        let mut buf = [0u8; 11];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"hello Jorld");
+        assert_eq!(f.len().unwrap(), 11);
+        // Short read only at the end; read_exact_at past the end is UnexpectedEof.
+        let mut big = [0u8; 20];
+        assert_eq!(f.read_at(&mut big, 0).unwrap(), 11);
+        match f.read_exact_at(&mut big, 0) {
+            Err(Error::Io { source, .. }) => {
+                assert_eq!(source.kind(), std::io::ErrorKind::UnexpectedEof)
+            }
+            other => panic!("expected UnexpectedEof, got {other:?}"),
+        }
+        f.sync().unwrap();
+        f.set_len(3).unwrap();
+        assert_eq!(f.len().unwrap(), 3);
+    }
+
+    #[test]
+    fn open_modes_are_enforced() {
+        let (dir, vfs) = vfs_in_tempdir();
+        let path = dir.path().join("f");
+        assert!(matches!(
+            vfs.open(&path, OpenMode::Existing),
+            Err(Error::Io { op: "open", .. })
+        ));
+        vfs.open(&path, OpenMode::CreateNew).unwrap();
+        assert!(vfs.open(&path, OpenMode::CreateNew).is_err());
+        vfs.open(&path, OpenMode::Existing).unwrap();
+        vfs.open(&path, OpenMode::Create).unwrap();
+    }
+
+    #[test]
+    fn punch_hole_reads_zeros_and_keeps_length() {
+        let (dir, vfs) = vfs_in_tempdir();
+        let f = vfs
+            .open(&dir.path().join("f"), OpenMode::CreateNew)
+            .unwrap();
+        f.write_at(&vec![7u8; 64 * 1024], 0).unwrap();
+        f.punch_hole(4096, 8192).unwrap();
+        assert_eq!(f.len().unwrap(), 64 * 1024);
+        let mut buf = vec![1u8; 8192];
+        f.read_exact_at(&mut buf, 4096).unwrap();
+        assert!(buf.iter().all(|&b| b == 0));
+        let mut tail = [0u8; 1];
+        f.read_exact_at(&mut tail, 12288).unwrap();
+        assert_eq!(tail[0], 7);
+    }
+
+    #[test]
+    fn rename_remove_list_and_sync_dir() {
+        let (dir, vfs) = vfs_in_tempdir();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        vfs.open(&a, OpenMode::CreateNew)
+            .unwrap()
+            .append(b"x")
+            .unwrap();
+        vfs.create_dir_all(&dir.path().join("sub/deeper")).unwrap();
+        assert_eq!(vfs.list(dir.path()).unwrap(), vec!["a".to_string()]);
+        vfs.rename(&a, &b).unwrap();
+        vfs.sync_dir(dir.path()).unwrap();
+        assert!(!vfs.exists(&a).unwrap());
+        assert!(vfs.exists(&b).unwrap());
+        vfs.remove(&b).unwrap();
+        assert!(vfs.list(dir.path()).unwrap().is_empty());
+        assert!(vfs.remove(&b).is_err());
+    }
+
+    #[test]
+    fn a_second_lock_fails_until_the_first_is_dropped() {
+        let (dir, vfs) = vfs_in_tempdir();
+        let path = dir.path().join("LOCK");
+        let first = vfs.lock(&path).unwrap();
+        assert!(matches!(vfs.lock(&path), Err(Error::Locked(p)) if p == path));
+        drop(first);
+        vfs.lock(&path).unwrap();
+    }
+}

@@ -1,0 +1,16 @@
+//! flexkv: a persistent key-value storage engine that keeps data sorted in place.
+//!
+//! The engine is built from published designs, one component each (see
+//! `docs/design.md`). What exists so far:
+//!
+//! - [`io`]: the file-system layer ([`io::Vfs`]), with the real file system and a
+//!   fault-injecting one for crash tests.
+//! - [`flextree`]: FlexTree, the in-memory extent index with O(log n) insert-range and
+//!   collapse-range that the flexible address space is built on.
+#![deny(unsafe_code)]
+
+mod error;
+pub mod flextree;
+pub mod io;
+
+pub use error::{Error, Result};
