@@ -3,7 +3,7 @@
 //! It verifies, in one walk:
 //! - effective offsets are contiguous: every entry starts where the previous one ended,
 //!   computed from partial offsets and path shifts (not from lengths), and the last ends
-//!   at `len()`;
+//!   at `len()`; so every node's first entry is at partial offset 0;
 //! - pivots agree with children: child `i` covers exactly `[start_i, start_{i+1})`, the
 //!   starts strictly increase, so no child is empty;
 //! - fill bounds: no node above capacity, no non-root node below its minimum, an internal
@@ -30,7 +30,7 @@ impl FlexTree {
             seen: vec![false; self.nodes.len()],
             extents: 0,
         };
-        let height = self.check_node(self.root, 0, 0, self.size, true, &mut walk)?;
+        let height = self.check_node(self.root, 0, self.size, true, &mut walk)?;
         if height != self.height {
             return Err(format!("height is {height}, recorded {}", self.height));
         }
@@ -76,12 +76,11 @@ impl FlexTree {
         Ok(())
     }
 
-    /// Checks the subtree `id`, whose frame is `frame`, against the range `[lo, hi)` its
-    /// parent assigns it; returns its height.
+    /// Checks the subtree `id` against the range `[lo, hi)` its parent assigns it (so `lo`
+    /// is also its frame: the sum of the shifts on its path); returns its height.
     fn check_node(
         &self,
         id: NodeId,
-        frame: u64,
         lo: u64,
         hi: u64,
         is_root: bool,
@@ -101,10 +100,10 @@ impl FlexTree {
             Node::Leaf(leaf) => {
                 let mut at = lo;
                 for (i, e) in leaf.entries.iter().enumerate() {
-                    let start = frame.wrapping_add(e.poff);
-                    if start != at {
+                    let start = lo.checked_add(e.poff);
+                    if start != Some(at) {
                         return Err(format!(
-                            "leaf {id} entry {i}: effective offset {start}, expected {at}"
+                            "leaf {id} entry {i}: effective offset {start:?}, expected {at}"
                         ));
                     }
                     if e.len == 0 {
@@ -130,7 +129,7 @@ impl FlexTree {
                     return Err(format!("node {id}: pivots and children disagree"));
                 }
                 let mut starts = vec![lo];
-                starts.extend(node.pivots.iter().map(|p| frame.wrapping_add(*p)));
+                starts.extend(node.pivots.iter().map(|p| lo.saturating_add(*p)));
                 starts.push(hi);
                 if starts.windows(2).any(|w| w[0] >= w[1]) {
                     return Err(format!(
@@ -138,10 +137,8 @@ impl FlexTree {
                     ));
                 }
                 let mut height = None;
-                for (i, c) in node.children.iter().enumerate() {
-                    let child_frame = frame.wrapping_add(c.shift);
-                    let h =
-                        self.check_node(c.id, child_frame, starts[i], starts[i + 1], false, walk)?;
+                for (i, &c) in node.children.iter().enumerate() {
+                    let h = self.check_node(c, starts[i], starts[i + 1], false, walk)?;
                     if *height.get_or_insert(h) != h {
                         return Err(format!("node {id}: leaves at different depths"));
                     }

@@ -5,9 +5,11 @@
 //! Every mutable access goes through [`FlexTree::leaf_mut`] / [`FlexTree::internal_mut`],
 //! which set the node's dirty flag: no change can escape the next checkpoint.
 //!
-//! Offsets inside nodes are *partial*: an entry's effective offset is the wrapping sum of
-//! the shift values on its path plus its partial offset (see the module doc of
-//! [`crate::flextree`] for why wrapping arithmetic is exact here).
+//! Offsets inside nodes are *partial*: relative to the node's own start. The shift value
+//! of a child pointer is the child's start relative to its parent, which is exactly the
+//! pivot that separates it from its left sibling (0 for the first child), so it is stored
+//! once, as that pivot. An entry's effective offset is the sum of the shifts on its path
+//! plus its partial offset (see the module doc of [`crate::flextree`]).
 
 use super::FlexTree;
 
@@ -64,25 +66,29 @@ impl LeafEntry {
     }
 }
 
-/// A pointer to a child with the shift value that applies to the whole subtree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Child {
-    pub id: NodeId,
-    /// Added (wrapping) to every offset in the subtree: a two's-complement `i64`.
-    pub shift: u64,
-}
-
 #[derive(Debug, Default)]
 pub(crate) struct Leaf {
     pub entries: Vec<LeafEntry>,
 }
 
-/// `pivots[i]` is the partial start offset of `children[i + 1]`; the first child starts
-/// where the node starts, so it has no pivot.
+/// `pivots[i]` is the start of `children[i + 1]` relative to this node's start: the shift
+/// value of that child pointer. The first child starts where the node starts (shift 0),
+/// so it has no pivot.
 #[derive(Debug, Default)]
 pub(crate) struct Internal {
     pub pivots: Vec<u64>,
-    pub children: Vec<Child>,
+    pub children: Vec<NodeId>,
+}
+
+impl Internal {
+    /// The shift value of the pointer to child `i`: its start relative to this node.
+    pub fn shift(&self, i: usize) -> u64 {
+        if i == 0 {
+            0
+        } else {
+            self.pivots[i - 1]
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -171,19 +177,25 @@ impl FlexTree {
         }
     }
 
+    /// Full means one short of capacity: an insert into the middle of an extent adds two
+    /// entries (the split-off tail and the new extent), and splitting a child adds one
+    /// child, so a node is split on the way down before it could overflow.
+    pub(crate) fn is_full(&self, id: NodeId) -> bool {
+        let (fill, capacity) = match &self.nodes[id as usize] {
+            Node::Leaf(l) => (l.entries.len(), self.opts.leaf_capacity),
+            Node::Internal(n) => (n.children.len(), self.opts.internal_capacity),
+            Node::Free => panic!("capacity of a free node {id}"),
+        };
+        fill + 1 >= capacity
+    }
+
+    /// The most entries (or children) node `id` may hold.
     pub(crate) fn capacity(&self, id: NodeId) -> usize {
         if self.is_leaf(id) {
             self.opts.leaf_capacity
         } else {
             self.opts.internal_capacity
         }
-    }
-
-    /// Full means one short of capacity: an insert into the middle of an extent adds two
-    /// entries (the split-off tail and the new extent), and splitting a child adds one
-    /// child, so a node is split on the way down before it could overflow.
-    pub(crate) fn is_full(&self, id: NodeId) -> bool {
-        self.fill(id) + 1 >= self.capacity(id)
     }
 
     /// The fewest entries (or children) a non-root node may keep; below it, a removal

@@ -4,7 +4,7 @@
 //! needs no shift values: the leaf level is contiguous (holes are explicit entries), so
 //! each extent starts where the previous one ended (FlexTree §3.2, "Querying Mappings").
 
-use super::node::{NodeId, NIL};
+use super::node::{LeafEntry, Node, NodeId, NIL};
 use super::{Extent, FlexTree, Run};
 
 /// An iterator over the extents of a [`FlexTree`] in address-space order, from
@@ -12,32 +12,51 @@ use super::{Extent, FlexTree, Run};
 #[derive(Clone, Debug)]
 pub struct Extents<'a> {
     tree: &'a FlexTree,
+    /// The current leaf's entries from the next one to yield on.
+    entries: &'a [LeafEntry],
+    /// The current leaf: its successor is looked up only when the iterator gets there, so
+    /// a point lookup never touches the leaf chain.
     leaf: NodeId,
-    pos: usize,
     offset: u64,
+}
+
+impl Extents<'_> {
+    /// Moves to the next leaf; `None` at the end. Kept out of line: `next` crosses a leaf
+    /// once per dozens of extents.
+    #[cold]
+    #[inline(never)]
+    fn next_leaf(&mut self) -> Option<()> {
+        if self.leaf == NIL {
+            return None;
+        }
+        self.leaf = self.tree.next_leaf[self.leaf as usize];
+        if self.leaf == NIL {
+            return None;
+        }
+        self.entries = &self.tree.leaf(self.leaf).entries;
+        Some(())
+    }
 }
 
 impl Iterator for Extents<'_> {
     type Item = Extent;
 
+    #[inline]
     fn next(&mut self) -> Option<Extent> {
-        while self.leaf != NIL {
-            let entries = &self.tree.leaf(self.leaf).entries;
-            if let Some(e) = entries.get(self.pos) {
-                let extent = Extent {
-                    offset: self.offset,
+        loop {
+            if let Some((e, rest)) = self.entries.split_first() {
+                self.entries = rest;
+                let offset = self.offset;
+                self.offset += e.len;
+                return Some(Extent {
+                    offset,
                     len: e.len,
                     addr: (!e.is_hole()).then(|| e.addr()),
                     tag: e.tag(),
-                };
-                self.pos += 1;
-                self.offset += e.len;
-                return Some(extent);
+                });
             }
-            self.leaf = self.tree.next_leaf[self.leaf as usize];
-            self.pos = 0;
+            self.next_leaf()?;
         }
-        None
     }
 }
 
@@ -47,14 +66,20 @@ impl FlexTree {
     fn locate(&self, off: u64) -> (NodeId, usize, u64) {
         debug_assert!(off < self.size);
         let (mut id, mut frame) = (self.root, 0u64);
-        while !self.is_leaf(id) {
-            let child = self.internal(id).children[self.child_index(id, frame, off)];
-            frame = frame.wrapping_add(child.shift);
-            id = child.id;
+        loop {
+            match &self.nodes[id as usize] {
+                Node::Internal(node) => {
+                    let idx = node.pivots.partition_point(|&p| p <= off - frame);
+                    frame += node.shift(idx);
+                    id = node.children[idx];
+                }
+                Node::Leaf(leaf) => {
+                    let pos = leaf.entries.partition_point(|e| e.poff <= off - frame) - 1;
+                    return (id, pos, frame + leaf.entries[pos].poff);
+                }
+                Node::Free => panic!("descent reached a free node {id}"),
+            }
         }
-        let pos = self.entries_at_or_before(id, frame, off) - 1;
-        let start = frame.wrapping_add(self.leaf(id).entries[pos].poff);
-        (id, pos, start)
     }
 
     /// The extent that holds byte `off`, or `None` if `off >= len()`.
@@ -68,16 +93,16 @@ impl FlexTree {
         if off >= self.size {
             return Extents {
                 tree: self,
+                entries: &[],
                 leaf: NIL,
-                pos: 0,
                 offset: self.size,
             };
         }
         let (leaf, pos, offset) = self.locate(off);
         Extents {
             tree: self,
+            entries: &self.leaf(leaf).entries[pos..],
             leaf,
-            pos,
             offset,
         }
     }

@@ -4,15 +4,21 @@
 //! the text says of them (Figure 4's leaf entries, Figure 6's path, pivots and query
 //! answer, Figure 7's removal, Figure 5's pivot 38 = 5 + 33). Values the text does not
 //! give (the second leaf, the right subtree past 51) are filled in and marked.
+//!
+//! flexkv keeps every node relative to its own start (see the module doc), so a node's
+//! first partial offset is 0 and the shift of pointer `i` is pivot `i - 1`. The paper's
+//! figures keep partials absolute until something shifts; the effective offsets, pivots
+//! of the root, query answers and the set of nodes touched are the same in both forms,
+//! and those are what these tests assert.
 
-use super::node::{Child, Internal, Leaf, LeafEntry, Node, NodeId, NIL};
+use super::node::{Internal, Leaf, LeafEntry, Node, NodeId, NIL};
 use super::*;
 
 /// A tree shape to build node by node: leaves of `(partial offset, length, address)`,
-/// internal nodes of `(shift, child)` with their pivots.
+/// internal nodes of pivots (each child's start within the node) and children.
 enum Spec {
     Leaf(Vec<(u64, u64, u64)>),
-    Internal(Vec<u64>, Vec<(u64, Spec)>),
+    Internal(Vec<u64>, Vec<Spec>),
 }
 
 fn build(opts: FlexTreeOptions, spec: Spec) -> FlexTree {
@@ -32,10 +38,10 @@ fn build(opts: FlexTreeOptions, spec: Spec) -> FlexTree {
             Spec::Internal(pivots, children) => {
                 let mut built = Vec::new();
                 let mut height = 0;
-                for (shift, child) in children {
+                for child in children {
                     let (id, h) = go(t, child, leaves);
                     height = h;
-                    built.push(Child { id, shift });
+                    built.push(id);
                 }
                 let id = t.alloc(Node::Internal(Internal {
                     pivots,
@@ -77,15 +83,14 @@ fn leaf_entries(t: &FlexTree, id: NodeId) -> Vec<(u64, u64, u64)> {
         .collect()
 }
 
-/// The raw content of an internal node: its pivots and its children's shifts.
-fn internal_parts(t: &FlexTree, id: NodeId) -> (Vec<u64>, Vec<i64>) {
+/// The shifts of an internal node's child pointers: 0, then its pivots.
+fn shifts(t: &FlexTree, id: NodeId) -> Vec<u64> {
     let n = t.internal(id);
-    let shifts = n.children.iter().map(|c| c.shift as i64).collect();
-    (n.pivots.clone(), shifts)
+    (0..n.children.len()).map(|i| n.shift(i)).collect()
 }
 
 fn child(t: &FlexTree, id: NodeId, i: usize) -> NodeId {
-    t.internal(id).children[i].id
+    t.internal(id).children[i]
 }
 
 fn run(addr: u64, len: u64) -> Run {
@@ -96,8 +101,7 @@ fn run(addr: u64, len: u64) -> Run {
 }
 
 /// Figure 3(b): two subtrees under the root; the left holds three leaves, the right two.
-/// All shifts are 0, so partial offsets equal effective offsets. The second leaf and the
-/// right subtree are not described in the text (filled in here).
+/// The second leaf and the right subtree are not described in the text (filled in here).
 fn figure_3b() -> FlexTree {
     use Spec::*;
     build(
@@ -105,26 +109,20 @@ fn figure_3b() -> FlexTree {
         Internal(
             vec![51],
             vec![
-                (
-                    0,
-                    Internal(
-                        vec![17, 30],
-                        vec![
-                            (0, Leaf(vec![(0, 9, 0), (9, 8, 31)])),
-                            (0, Leaf(vec![(17, 6, 70), (23, 7, 80)])), // not in the text
-                            (0, Leaf(vec![(30, 9, 12), (39, 3, 39), (42, 9, 50)])),
-                        ],
-                    ),
+                Internal(
+                    vec![17, 30],
+                    vec![
+                        Leaf(vec![(0, 9, 0), (9, 8, 31)]),
+                        Leaf(vec![(0, 6, 70), (6, 7, 80)]), // not in the text
+                        Leaf(vec![(0, 9, 12), (9, 3, 39), (12, 9, 50)]),
+                    ],
                 ),
-                (
-                    0,
-                    Internal(
-                        vec![60],
-                        vec![
-                            (0, Leaf(vec![(51, 5, 42), (56, 4, 100)])), // 42: Figure 6
-                            (0, Leaf(vec![(60, 4, 90), (64, 6, 110)])), // not in the text
-                        ],
-                    ),
+                Internal(
+                    vec![9],
+                    vec![
+                        Leaf(vec![(0, 5, 42), (5, 4, 100)]), // 42: Figure 6's answer
+                        Leaf(vec![(0, 4, 90), (4, 6, 110)]), // not in the text
+                    ],
                 ),
             ],
         ),
@@ -134,20 +132,26 @@ fn figure_3b() -> FlexTree {
 #[test]
 fn figure_4_insert_shifts_one_pointer_per_level() {
     let mut t = figure_3b();
+    t.clear_dirty();
     t.insert(0, 3, 89).unwrap();
     t.check().unwrap();
     let (root, left) = (t.root, child(&t, t.root, 0));
+    let first = child(&t, left, 0);
     assert_eq!(
-        leaf_entries(&t, child(&t, left, 0)),
+        leaf_entries(&t, first),
         vec![(0, 3, 89), (3, 9, 0), (12, 8, 31)]
     );
-    assert_eq!(internal_parts(&t, left), (vec![20, 33], vec![0, 3, 3]));
-    assert_eq!(internal_parts(&t, root), (vec![54], vec![0, 3]));
-    // Untouched: the partial offsets of every leaf after the first.
-    assert_eq!(
-        leaf_entries(&t, child(&t, left, 2)),
-        vec![(30, 9, 12), (39, 3, 39), (42, 9, 50)]
-    );
+    // The pointers after the path gain 3: in the left subtree the pointers to leaves 2 and
+    // 3 (pivots 17 -> 20 and 30 -> 33), at the root the pointer to the right subtree
+    // (51 -> 54), exactly the shaded values of Figure 4.
+    assert_eq!(shifts(&t, left), vec![0, 20, 33]);
+    assert_eq!(shifts(&t, root), vec![0, 54]);
+    // Only the nodes on the path changed: O(height), whatever lies after.
+    let mut touched = t.dirty_nodes();
+    touched.sort_unstable();
+    let mut path = vec![root, left, first];
+    path.sort_unstable();
+    assert_eq!(touched, path);
     assert_eq!(t.len(), 73);
 }
 
@@ -155,9 +159,10 @@ fn figure_4_insert_shifts_one_pointer_per_level() {
 fn figure_6_query_walks_the_leaves_from_the_start_point() {
     let mut t = figure_3b();
     t.insert(0, 3, 89).unwrap();
-    // The third leaf's path is ((0,+0),(2,+3)): partial 30 is effective 33.
-    let third = child(&t, child(&t, t.root, 0), 2);
-    assert_eq!(t.leaf(third).entries[0].poff, 30);
+    // The third leaf's path is ((0, +0), (2, +33)) and its first extent is at partial
+    // offset 0: effective offset 0 + 33 + 0 = 33, as in the paper.
+    let left = child(&t, t.root, 0);
+    assert_eq!(shifts(&t, t.root)[0] + shifts(&t, left)[2], 33);
     assert_eq!(t.lookup(36).unwrap().offset, 33);
     assert_eq!(
         t.query(36, 19).unwrap(),
@@ -174,11 +179,11 @@ fn figure_7_collapse_shifts_back_with_a_negative_value() {
     let (root, left) = (t.root, child(&t, t.root, 0));
     assert_eq!(
         leaf_entries(&t, child(&t, left, 2)),
-        vec![(30, 3, 39), (33, 9, 50)]
+        vec![(0, 3, 39), (3, 9, 50)]
     );
-    // The pointer to the subtree of the last two leaves moves by -9 (from +3 to -6).
-    assert_eq!(internal_parts(&t, root), (vec![45], vec![0, -6]));
-    assert_eq!(internal_parts(&t, left), (vec![20, 33], vec![0, 3, 3]));
+    // The pointer to the subtree of the last two leaves moves by -9 (54 -> 45).
+    assert_eq!(shifts(&t, root), vec![0, 45]);
+    assert_eq!(shifts(&t, left), vec![0, 20, 33]);
     assert_eq!(t.lookup(45).unwrap().addr, Some(42));
     assert_eq!(t.len(), 64);
 }
@@ -192,48 +197,39 @@ fn figure_5_split_pivot_is_median_partial_plus_inherited_shift() {
         Internal(
             vec![33],
             vec![
-                (0, Leaf(vec![(0, 33, 100)])),
-                (33, Leaf(vec![(0, 5, 200), (5, 4, 210), (9, 1, 220)])),
+                Leaf(vec![(0, 33, 100)]),
+                Leaf(vec![(0, 5, 200), (5, 4, 210), (9, 1, 220)]),
             ],
         ),
     );
     t.insert(40, 2, 300).unwrap();
     t.check().unwrap();
     let root = t.root;
-    // New pivot 38 = median partial 5 + inherited shift 33; the new pointer inherits 33.
-    assert_eq!(internal_parts(&t, root), (vec![33, 38], vec![0, 33, 33]));
+    // The new pointer's shift (its pivot) is 38 = median partial 5 + inherited shift 33.
+    assert_eq!(shifts(&t, root), vec![0, 33, 38]);
     assert_eq!(leaf_entries(&t, child(&t, root, 1)), vec![(0, 5, 200)]);
     assert_eq!(
         leaf_entries(&t, child(&t, root, 2)),
-        vec![(5, 2, 210), (7, 2, 300), (9, 2, 212), (11, 1, 220)]
+        vec![(0, 2, 210), (2, 2, 300), (4, 2, 212), (6, 1, 220)]
     );
 }
 
 #[test]
 fn figure_8_merge_folds_the_right_nodes_shift_into_the_survivor() {
     use Spec::*;
-    // Two internal nodes under pointers with different shifts (0 and 10).
+    // Two internal nodes under pointers with shifts 0 and 20.
     let mut t = build(
         caps(4, 8),
         Internal(
             vec![20],
             vec![
-                (
-                    0,
-                    Internal(
-                        vec![10],
-                        vec![
-                            (0, Leaf(vec![(0, 10, 100)])),
-                            (0, Leaf(vec![(10, 10, 200)])),
-                        ],
-                    ),
+                Internal(
+                    vec![10],
+                    vec![Leaf(vec![(0, 10, 100)]), Leaf(vec![(0, 10, 200)])],
                 ),
-                (
-                    10,
-                    Internal(
-                        vec![15],
-                        vec![(0, Leaf(vec![(10, 5, 300)])), (5, Leaf(vec![(10, 5, 400)]))],
-                    ),
+                Internal(
+                    vec![5],
+                    vec![Leaf(vec![(0, 5, 300)]), Leaf(vec![(0, 5, 400)])],
                 ),
             ],
         ),
@@ -243,12 +239,10 @@ fn figure_8_merge_folds_the_right_nodes_shift_into_the_survivor() {
     t.collapse(20, 5).unwrap();
     t.check().unwrap();
     assert_eq!(t.height(), 2);
-    let (pivots, shifts) = internal_parts(&t, t.root);
-    assert_eq!(pivots, vec![10, 20]);
     assert_eq!(
-        shifts,
-        vec![0, 0, 10],
-        "the right node's shift 10 is folded in"
+        shifts(&t, t.root),
+        vec![0, 10, 20],
+        "the right node's shift 20 is folded in"
     );
     assert_eq!(
         t.extents()
@@ -256,6 +250,39 @@ fn figure_8_merge_folds_the_right_nodes_shift_into_the_survivor() {
             .collect::<Vec<_>>(),
         vec![(0, 10, Some(100)), (10, 10, Some(200)), (20, 5, Some(400))]
     );
+}
+
+#[test]
+fn merge_folds_shifts_into_an_internal_node_with_several_children() {
+    use Spec::*;
+    // The right internal node has three children; after a merge its pivots must be moved
+    // into the left node's frame.
+    let mut t = build(
+        caps(4, 6),
+        Internal(
+            vec![20],
+            vec![
+                Internal(
+                    vec![10],
+                    vec![Leaf(vec![(0, 10, 1)]), Leaf(vec![(0, 10, 2)])],
+                ),
+                Internal(
+                    vec![3, 7],
+                    vec![
+                        Leaf(vec![(0, 3, 3)]),
+                        Leaf(vec![(0, 4, 4)]),
+                        Leaf(vec![(0, 5, 5)]),
+                    ],
+                ),
+            ],
+        ),
+    );
+    let before: Vec<_> = t.extents().map(|e| (e.addr, e.len)).collect();
+    t.collapse(0, 10).unwrap(); // empties the first leaf; its parent falls to one child
+    t.check().unwrap();
+    let after: Vec<_> = t.extents().map(|e| (e.addr, e.len)).collect();
+    assert_eq!(after, before[1..]);
+    assert_eq!(t.lookup(10).unwrap().addr, Some(3));
 }
 
 #[test]
@@ -438,7 +465,7 @@ fn bad_arguments_are_refused_and_change_nothing() {
 }
 
 #[test]
-fn offsets_near_the_limit_stay_exact_through_wrapping_shifts() {
+fn offsets_near_the_limit_stay_exact() {
     let mut t = FlexTree::with_options(caps(4, 6)).unwrap();
     let big = MAX_LEN / 4;
     t.insert_hole(0, big).unwrap();
@@ -447,7 +474,7 @@ fn offsets_near_the_limit_stay_exact_through_wrapping_shifts() {
         t.insert_hole(t.len() / 2, big / 64).unwrap();
     }
     for _ in 0..30 {
-        // Collapses of huge ranges push shifts far negative (wrapping).
+        // Collapses of huge ranges move pivots by huge amounts.
         t.collapse(t.len() / 3, big / 40).unwrap();
         t.check().unwrap();
     }

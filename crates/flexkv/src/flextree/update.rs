@@ -2,16 +2,19 @@
 //! later extent in O(log n), and merging underfull nodes with shift folding.
 //!
 //! Invariants kept here (and checked by [`FlexTree::check`]):
-//! - A split moves the upper half of a node into a new sibling whose pointer inherits the
-//!   old pointer's shift, and the new pivot is the median's partial offset plus that shift
-//!   (FlexTree §3.2, Figure 5), so no moved entry changes its effective offset.
+//! - Every node's partial offsets are relative to its own start: a leaf's first entry is
+//!   at 0, and a child pointer's shift is the child's start within its parent (its pivot).
+//! - A split moves the upper half of a node into a new sibling. The new pointer's shift
+//!   (its pivot) is the median's partial offset plus the shift the old pointer had
+//!   (FlexTree §3.2, Figure 5), and the moved entries are rebased onto the new node's
+//!   start, so no effective offset changes.
 //! - A shift of `delta` after a leaf position adds `delta` to the later entries of that
-//!   leaf and, on every ancestor, to the shifts of the pointers after the path and the
-//!   pivots after the path: each later extent sees exactly one of these additions.
-//! - A merge folds the difference of the two pointers' shifts into the right node's
-//!   partial offsets (and its children's shifts), so effective offsets are unchanged.
+//!   leaf and, on every ancestor, to the pivots after the path: those pivots are the
+//!   shifts of the later pointers, so each later extent sees exactly one addition.
+//! - A merge folds the right node's shift relative to the left node into the right node's
+//!   partial offsets, so effective offsets are unchanged.
 
-use super::node::{Child, Internal, Leaf, LeafEntry, Node, NodeId, NIL};
+use super::node::{Internal, Leaf, LeafEntry, Node, NodeId, NIL};
 use super::FlexTree;
 
 /// One step of a root-to-leaf path: the internal node and the index of the child taken.
@@ -21,7 +24,8 @@ pub(crate) struct Step {
     pub idx: usize,
 }
 
-/// Where a descent ended: the leaf and its frame. The steps are left in `FlexTree::path`.
+/// Where a descent ended: the leaf and its start (the sum of the shifts on its path).
+/// The steps are left in `FlexTree::path`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LeafPos {
     pub leaf: NodeId,
@@ -29,19 +33,15 @@ pub(crate) struct LeafPos {
 }
 
 impl FlexTree {
-    /// The index of the child of `id` whose range holds `off`: the number of pivots at or
-    /// before `off`. Pivots are compared as effective offsets, never as raw partials.
-    pub(crate) fn child_index(&self, id: NodeId, frame: u64, off: u64) -> usize {
-        self.internal(id)
-            .pivots
-            .partition_point(|&p| frame.wrapping_add(p) <= off)
+    /// The index of the child of `id` whose range holds the node-relative offset `rel`:
+    /// the number of pivots at or before it.
+    pub(crate) fn child_index(&self, id: NodeId, rel: u64) -> usize {
+        self.internal(id).pivots.partition_point(|&p| p <= rel)
     }
 
-    /// The number of entries of `leaf` that start at or before `off`.
-    pub(crate) fn entries_at_or_before(&self, leaf: NodeId, frame: u64, off: u64) -> usize {
-        self.leaf(leaf)
-            .entries
-            .partition_point(|e| frame.wrapping_add(e.poff) <= off)
+    /// The number of entries of `leaf` that start at or before the leaf-relative `rel`.
+    pub(crate) fn entries_at_or_before(&self, leaf: NodeId, rel: u64) -> usize {
+        self.leaf(leaf).entries.partition_point(|e| e.poff <= rel)
     }
 
     /// Descends to the leaf that holds `off` (the last leaf for `off == len()`), recording
@@ -52,7 +52,7 @@ impl FlexTree {
             let old = self.root;
             self.root = self.alloc(Node::Internal(Internal {
                 pivots: Vec::new(),
-                children: vec![Child { id: old, shift: 0 }],
+                children: vec![old],
             }));
             self.height += 1;
             self.split_child(self.root, 0);
@@ -60,15 +60,15 @@ impl FlexTree {
         self.path.clear();
         let (mut id, mut frame) = (self.root, 0u64);
         while !self.is_leaf(id) {
-            let mut idx = self.child_index(id, frame, off);
-            if split_full && self.is_full(self.internal(id).children[idx].id) {
+            let mut idx = self.child_index(id, off - frame);
+            if split_full && self.is_full(self.internal(id).children[idx]) {
                 self.split_child(id, idx);
-                idx = self.child_index(id, frame, off);
+                idx = self.child_index(id, off - frame);
             }
             self.path.push(Step { node: id, idx });
-            let child = self.internal(id).children[idx];
-            frame = frame.wrapping_add(child.shift);
-            id = child.id;
+            let node = self.internal(id);
+            frame += node.shift(idx);
+            id = node.children[idx];
         }
         LeafPos { leaf: id, frame }
     }
@@ -76,56 +76,56 @@ impl FlexTree {
     /// Splits the full child at `idx` of `parent` into two (FlexTree §3.2, Figure 5).
     pub(crate) fn split_child(&mut self, parent: NodeId, idx: usize) {
         let old = self.internal(parent).children[idx];
-        let (new_node, separator) = match &mut self.nodes[old.id as usize] {
+        let old_shift = self.internal(parent).shift(idx);
+        let (new_node, separator) = match &mut self.nodes[old as usize] {
             Node::Leaf(leaf) => {
-                let upper = leaf.entries.split_off(leaf.entries.len() / 2);
+                let mut upper = leaf.entries.split_off(leaf.entries.len() / 2);
                 let separator = upper[0].poff;
+                upper.iter_mut().for_each(|e| e.poff -= separator);
                 (Node::Leaf(Leaf { entries: upper }), separator)
             }
             Node::Internal(node) => {
                 let mid = node.children.len() / 2;
                 let children = node.children.split_off(mid);
-                let pivots = node.pivots.split_off(mid);
+                let mut pivots = node.pivots.split_off(mid);
                 let separator = node.pivots.pop().expect("a full node has pivots");
+                pivots.iter_mut().for_each(|p| *p -= separator);
                 (Node::Internal(Internal { pivots, children }), separator)
             }
-            Node::Free => panic!("split of a free node {}", old.id),
+            Node::Free => panic!("split of a free node {old}"),
         };
-        self.dirty[old.id as usize] = true;
+        self.dirty[old as usize] = true;
         let new_id = self.alloc(new_node);
         if self.is_leaf(new_id) {
-            self.next_leaf[new_id as usize] = self.next_leaf[old.id as usize];
-            self.next_leaf[old.id as usize] = new_id;
+            self.next_leaf[new_id as usize] = self.next_leaf[old as usize];
+            self.next_leaf[old as usize] = new_id;
         }
         let p = self.internal_mut(parent);
-        p.children.insert(
-            idx + 1,
-            Child {
-                id: new_id,
-                shift: old.shift,
-            },
-        );
-        p.pivots.insert(idx, separator.wrapping_add(old.shift));
+        p.children.insert(idx + 1, new_id);
+        p.pivots.insert(idx, old_shift + separator);
     }
 
-    /// Adds `delta` (wrapping; a negative shift is a large `u64`) to everything after the
-    /// recorded path on every ancestor: pointers after the path and the pivots that start
-    /// them. The leaf's own later entries are the caller's to shift.
+    /// Adds `delta` (wrapping, so a negative shift is `delta.wrapping_neg()`) to the shift
+    /// of every pointer after the recorded path, on every ancestor. The leaf's own later
+    /// entries are the caller's to shift.
     pub(crate) fn shift_after_path(&mut self, delta: u64) {
         for i in 0..self.path.len() {
-            let Step { node, idx, .. } = self.path[i];
-            let n = self.internal_mut(node);
-            for c in &mut n.children[idx + 1..] {
-                c.shift = c.shift.wrapping_add(delta);
-            }
-            for p in &mut n.pivots[idx..] {
-                *p = p.wrapping_add(delta);
+            let Step { node, idx } = self.path[i];
+            // Nothing after the path here (an append): the node stays clean.
+            if idx < self.internal(node).pivots.len() {
+                for p in &mut self.internal_mut(node).pivots[idx..] {
+                    *p = p.wrapping_add(delta);
+                }
             }
         }
     }
 
-    /// Adds `delta` to the partial offsets of the entries of `leaf` from `from` on.
+    /// Adds `delta` (wrapping, as above) to the partial offsets of the entries of `leaf`
+    /// from `from` on.
     pub(crate) fn shift_leaf_from(&mut self, leaf: NodeId, from: usize, delta: u64) {
+        if from >= self.leaf(leaf).entries.len() {
+            return;
+        }
         for e in &mut self.leaf_mut(leaf).entries[from..] {
             e.poff = e.poff.wrapping_add(delta);
         }
@@ -138,27 +138,26 @@ impl FlexTree {
             return;
         }
         let LeafPos { leaf, frame } = self.descend(off, true);
-        self.boundary_in_leaf(leaf, frame, off);
+        self.boundary_in_leaf(leaf, off - frame);
     }
 
-    /// Makes `off` an entry boundary inside `leaf` (which holds `off` and has room for one
-    /// more entry) and returns the index of the entry that starts at `off`, or the number
-    /// of entries if `off` is the leaf's end.
-    fn boundary_in_leaf(&mut self, leaf: NodeId, frame: u64, off: u64) -> usize {
-        let i = self.entries_at_or_before(leaf, frame, off);
+    /// Makes the leaf-relative `rel` an entry boundary inside `leaf` (which holds it and has
+    /// room for one more entry) and returns the index of the entry that starts there, or
+    /// the number of entries if `rel` is the leaf's end.
+    fn boundary_in_leaf(&mut self, leaf: NodeId, rel: u64) -> usize {
+        let i = self.entries_at_or_before(leaf, rel);
         let Some(&e) = self.leaf(leaf).entries.get(i.wrapping_sub(1)) else {
             return 0; // an empty (root) leaf
         };
-        let start = frame.wrapping_add(e.poff);
-        if start == off {
+        if e.poff == rel {
             return i - 1;
         }
-        if off >= start + e.len {
+        if rel >= e.poff + e.len {
             return i; // the end of the leaf
         }
-        let head = off - start;
+        let head = rel - e.poff;
         let tail = LeafEntry::new(
-            e.poff.wrapping_add(head),
+            rel,
             e.len - head,
             if e.is_hole() {
                 e.addr()
@@ -179,8 +178,8 @@ impl FlexTree {
     /// leaf room for both the split-off tail and the new entry.
     pub(crate) fn insert_entry(&mut self, off: u64, len: u64, addr: u64) {
         let LeafPos { leaf, frame } = self.descend(off, true);
-        let pos = self.boundary_in_leaf(leaf, frame, off);
-        let entry = LeafEntry::new(off.wrapping_sub(frame), len, addr, 0);
+        let pos = self.boundary_in_leaf(leaf, off - frame);
+        let entry = LeafEntry::new(off - frame, len, addr, 0);
         self.leaf_mut(leaf).entries.insert(pos, entry);
         self.shift_leaf_from(leaf, pos + 1, len);
         self.shift_after_path(len);
@@ -193,9 +192,9 @@ impl FlexTree {
     /// bytes removed (at least one entry's worth).
     pub(crate) fn remove_entries_at(&mut self, off: u64, max: u64) -> u64 {
         let LeafPos { leaf, frame } = self.descend(off, false);
+        let pos = self.entries_at_or_before(leaf, off - frame) - 1;
         let entries = &self.leaf(leaf).entries;
-        let pos = self.entries_at_or_before(leaf, frame, off) - 1;
-        debug_assert_eq!(frame.wrapping_add(entries[pos].poff), off, "not a boundary");
+        debug_assert_eq!(entries[pos].poff, off - frame, "not a boundary");
         let (mut end, mut removed) = (pos, 0u64);
         while end < entries.len() && removed + entries[end].len <= max {
             removed += entries[end].len;
@@ -222,84 +221,58 @@ impl FlexTree {
             if self.fill(node) >= self.min_fill(node) {
                 break;
             }
-            let Step {
-                node: parent, idx, ..
-            } = self.path[level];
+            let Step { node: parent, idx } = self.path[level];
             let left = idx.saturating_sub(1);
             self.merge_children(parent, left);
-            if self.is_full(self.internal(parent).children[left].id) {
+            if self.is_full(self.internal(parent).children[left]) {
                 self.split_child(parent, left);
             }
             node = parent;
         }
-        self.shrink_root();
+        // A root with one child: the child starts where the root does (shift 0), so it
+        // becomes the root with nothing to fold.
+        while !self.is_leaf(self.root) && self.fill(self.root) == 1 {
+            let only = self.internal(self.root).children[0];
+            self.release(self.root);
+            self.root = only;
+            self.height -= 1;
+        }
     }
 
     /// Merges child `left + 1` of `parent` into child `left` (FlexTree §3.2, Figure 8).
     pub(crate) fn merge_children(&mut self, parent: NodeId, left: usize) {
         let p = self.internal(parent);
-        let (l, r, separator) = (p.children[left], p.children[left + 1], p.pivots[left]);
-        // The right node's offsets move from its frame to the left node's frame.
-        let delta = r.shift.wrapping_sub(l.shift);
-        match self.take(r.id) {
+        let (l, r) = (p.children[left], p.children[left + 1]);
+        // The right node's shift relative to the left node: folded into its offsets.
+        let fold = p.shift(left + 1) - p.shift(left);
+        match self.take(r) {
             Node::Leaf(right) => {
-                let entries = &mut self.leaf_mut(l.id).entries;
+                let entries = &mut self.leaf_mut(l).entries;
                 entries.extend(right.entries.into_iter().map(|mut e| {
-                    e.poff = e.poff.wrapping_add(delta);
+                    e.poff += fold;
                     e
                 }));
-                self.next_leaf[l.id as usize] = self.next_leaf[r.id as usize];
+                self.next_leaf[l as usize] = self.next_leaf[r as usize];
             }
             Node::Internal(right) => {
-                let node = self.internal_mut(l.id);
-                node.pivots.push(separator.wrapping_sub(l.shift));
-                node.pivots
-                    .extend(right.pivots.iter().map(|p| p.wrapping_add(delta)));
-                node.children.extend(right.children.iter().map(|c| Child {
-                    id: c.id,
-                    shift: c.shift.wrapping_add(delta),
-                }));
+                let node = self.internal_mut(l);
+                node.pivots.push(fold);
+                node.pivots.extend(right.pivots.iter().map(|p| p + fold));
+                node.children.extend(right.children);
             }
-            Node::Free => panic!("merge with a free node {}", r.id),
+            Node::Free => panic!("merge with a free node {r}"),
         }
-        self.release(r.id);
+        self.release(r);
         let p = self.internal_mut(parent);
         p.children.remove(left + 1);
         p.pivots.remove(left);
-    }
-
-    /// While the root is an internal node with one child, the child becomes the root, with
-    /// the dropped pointer's shift folded into it.
-    fn shrink_root(&mut self) {
-        while !self.is_leaf(self.root) && self.fill(self.root) == 1 {
-            let only = self.internal(self.root).children[0];
-            if only.shift != 0 {
-                self.add_to_frame(only.id, only.shift);
-            }
-            self.release(self.root);
-            self.root = only.id;
-            self.height -= 1;
-        }
-    }
-
-    /// Adds `delta` to the effective frame of everything in node `id`'s own offsets.
-    fn add_to_frame(&mut self, id: NodeId, delta: u64) {
-        if self.is_leaf(id) {
-            self.shift_leaf_from(id, 0, delta);
-        } else {
-            let n = self.internal_mut(id);
-            n.pivots.iter_mut().for_each(|p| *p = p.wrapping_add(delta));
-            n.children
-                .iter_mut()
-                .for_each(|c| c.shift = c.shift.wrapping_add(delta));
-        }
     }
 
     /// Rewrites the addresses of the entries covering `[off, off + len)` (both ends already
     /// boundaries) to `new_addr + (entry offset - off)`.
     pub(crate) fn rewrite_addrs(&mut self, off: u64, len: u64, new_addr: u64) {
         let LeafPos { mut leaf, frame } = self.descend(off, false);
-        let mut pos = self.entries_at_or_before(leaf, frame, off) - 1;
+        let mut pos = self.entries_at_or_before(leaf, off - frame) - 1;
         let mut done = 0;
         while done < len {
             if pos == self.leaf(leaf).entries.len() {
