@@ -1,1 +1,27 @@
-fn main() {}
+//! `flexkv-bench`: flexkv's benchmarks. Each subcommand reproduces one table or workload
+//! and prints its figures with ratios against a baseline measured in the same run.
+
+mod baseline;
+mod paper_flextree;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "flexkv-bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Table 1 of the FlexSpace paper: FlexTree against a B+-tree without shift values and
+    /// a sorted array (insert, append, lookup, range query).
+    PaperFlextree(paper_flextree::Args),
+}
+
+fn main() {
+    match Cli::parse().command {
+        Command::PaperFlextree(args) => paper_flextree::run(&args),
+    }
+}
