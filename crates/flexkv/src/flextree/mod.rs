@@ -57,6 +57,7 @@
 //! ```
 
 mod check;
+pub(crate) mod image;
 mod node;
 mod read;
 mod update;
@@ -245,7 +246,27 @@ impl FlexTree {
         self.check_range("insert", off, 0)?;
         self.check_growth("insert", len)?;
         if len > 0 {
-            self.insert_entry(off, len, addr);
+            self.insert_entry(off, len, addr, None);
+        }
+        Ok(())
+    }
+
+    /// As [`FlexTree::insert`], but if the inserted range continues the extent that ends at
+    /// `off` both logically and physically (and that extent is in the same leaf), that
+    /// extent grows instead, up to `max_extent` bytes. How a log-structured writer keeps
+    /// consecutive small writes in one extent.
+    pub(crate) fn insert_merging(
+        &mut self,
+        off: u64,
+        len: u64,
+        addr: u64,
+        max_extent: u64,
+    ) -> Result<()> {
+        Self::check_addr(addr, len)?;
+        self.check_range("insert", off, 0)?;
+        self.check_growth("insert", len)?;
+        if len > 0 {
+            self.insert_entry(off, len, addr, Some(max_extent));
         }
         Ok(())
     }
@@ -284,10 +305,10 @@ impl FlexTree {
             return Ok(());
         }
         if off > self.size {
-            self.insert_entry(self.size, off - self.size, HOLE);
+            self.insert_entry(self.size, off - self.size, HOLE, None);
         }
         self.collapse(off, len.min(self.size - off))?;
-        self.insert_entry(off, end - off, addr.unwrap_or(HOLE));
+        self.insert_entry(off, end - off, addr.unwrap_or(HOLE), None);
         Ok(())
     }
 

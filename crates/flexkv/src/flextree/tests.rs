@@ -516,3 +516,88 @@ fn dirty_flags_cover_every_changed_node_and_freed_ids_are_reported() {
         .iter()
         .all(|&id| matches!(t.nodes[id as usize], Node::Free)));
 }
+
+#[test]
+fn images_round_trip_through_a_post_order_write() {
+    use super::image::NodeImage;
+    use std::collections::HashMap;
+    let opts = caps(4, 6);
+    let mut t = FlexTree::with_options(opts).unwrap();
+    for i in 0..300u64 {
+        t.insert((i * 37) % (t.len() + 1), 1 + i % 9, i * 100)
+            .unwrap();
+        if i % 7 == 0 {
+            t.set_tag(t.len() / 2, (i % 200) as u8 + 1).unwrap();
+        }
+    }
+    t.collapse(100, 250).unwrap();
+    // "Write" children before parents, each to a made-up page number.
+    let mut page_of: HashMap<NodeId, u64> = HashMap::new();
+    let mut pages: HashMap<u64, NodeImage> = HashMap::new();
+    for id in t.post_order() {
+        let image = t.image(id, |c| page_of[&c]);
+        let page = 1000 + pages.len() as u64;
+        page_of.insert(id, page);
+        pages.insert(page, image);
+    }
+    assert_eq!(
+        *page_of.get(&t.root).unwrap(),
+        1000 + pages.len() as u64 - 1,
+        "root last"
+    );
+    let mut seen = 0;
+    let back = FlexTree::from_images(
+        opts,
+        page_of[&t.root],
+        |p| pages.get(&p).cloned().ok_or(format!("no page {p}")),
+        |_, _| seen += 1,
+        |why| why,
+    )
+    .unwrap();
+    assert_eq!(seen, pages.len());
+    assert_eq!(
+        back.extents().collect::<Vec<_>>(),
+        t.extents().collect::<Vec<_>>()
+    );
+    assert_eq!((back.height(), back.len()), (t.height(), t.len()));
+    assert!(back.dirty_nodes().is_empty());
+    // A damaged image is refused, not trusted.
+    let leaf_page = pages
+        .iter()
+        .find(|(_, i)| matches!(i, NodeImage::Leaf(_)))
+        .map(|(p, _)| *p)
+        .unwrap();
+    if let Some(NodeImage::Leaf(entries)) = pages.get_mut(&leaf_page) {
+        entries[0].0 += 1;
+    }
+    let bad = FlexTree::from_images(
+        opts,
+        page_of[&t.root],
+        |p| Ok(pages[&p].clone()),
+        |_, _| {},
+        |w| w,
+    );
+    assert!(bad.is_err());
+}
+
+#[test]
+fn merging_inserts_grow_the_previous_extent_when_contiguous() {
+    let mut t = FlexTree::new();
+    t.insert_merging(0, 10, 100, 25).unwrap();
+    t.insert_merging(10, 10, 110, 25).unwrap(); // continues: merged
+    t.insert_merging(20, 10, 120, 25).unwrap(); // would pass 25: new extent
+    t.insert_merging(30, 5, 500, 25).unwrap(); // not physically contiguous
+    t.insert_merging(0, 5, 95, 25).unwrap(); // nothing before it
+    assert_eq!(
+        t.extents()
+            .map(|e| (e.offset, e.len, e.addr))
+            .collect::<Vec<_>>(),
+        vec![
+            (0, 5, Some(95)),
+            (5, 20, Some(100)),
+            (25, 10, Some(120)),
+            (35, 5, Some(500))
+        ]
+    );
+    t.check().unwrap();
+}

@@ -175,16 +175,34 @@ impl FlexTree {
 
     /// Inserts one entry of `len` bytes at `off` (`off <= len()`), shifting everything
     /// after it forward (FlexTree §3.2, Figure 4). One descent: the early splits leave the
-    /// leaf room for both the split-off tail and the new entry.
-    pub(crate) fn insert_entry(&mut self, off: u64, len: u64, addr: u64) {
+    /// leaf room for both the split-off tail and the new entry. With `merge_up_to`, an
+    /// insert that continues the extent just before it (in the same leaf) both logically
+    /// and physically grows that extent instead, up to that length.
+    pub(crate) fn insert_entry(&mut self, off: u64, len: u64, addr: u64, merge_up_to: Option<u64>) {
         let LeafPos { leaf, frame } = self.descend(off, true);
         let pos = self.boundary_in_leaf(leaf, off - frame);
-        let entry = LeafEntry::new(off - frame, len, addr, 0);
-        self.leaf_mut(leaf).entries.insert(pos, entry);
-        self.shift_leaf_from(leaf, pos + 1, len);
+        let prev = pos.checked_sub(1).map(|p| self.leaf(leaf).entries[p]);
+        let merges = match (prev, merge_up_to) {
+            (Some(p), Some(max)) => {
+                !p.is_hole()
+                    && addr != super::HOLE
+                    && p.poff + p.len == off - frame
+                    && p.addr() + p.len == addr
+                    && p.len + len <= max
+            }
+            _ => false,
+        };
+        if merges {
+            self.leaf_mut(leaf).entries[pos - 1].len += len;
+            self.shift_leaf_from(leaf, pos, len);
+        } else {
+            let entry = LeafEntry::new(off - frame, len, addr, 0);
+            self.leaf_mut(leaf).entries.insert(pos, entry);
+            self.shift_leaf_from(leaf, pos + 1, len);
+            self.extents += 1;
+        }
         self.shift_after_path(len);
         self.size += len;
-        self.extents += 1;
     }
 
     /// Removes whole entries starting at the boundary `off`, as many as fit in `max` bytes
