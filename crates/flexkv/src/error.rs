@@ -37,6 +37,11 @@ pub enum Error {
     InvalidArgument(String),
     /// Another owner holds the lock on this path (another process, or another open handle).
     Locked(PathBuf),
+    /// A configured size limit leaves no room for the write; nothing was changed.
+    NoSpace(String),
+    /// An earlier write or sync failed, so what is on disk is unknown; writes are refused
+    /// until the store is reopened (which recovers from what is durable).
+    Poisoned,
 }
 
 impl Error {
@@ -75,6 +80,10 @@ impl fmt::Display for Error {
                 f,
                 "{} is locked by another owner (another process or open handle)",
                 path.display()
+            ),
+            Error::NoSpace(msg) => write!(f, "no space: {msg}"),
+            Error::Poisoned => f.write_str(
+                "an earlier write or sync failed; reopen to recover from what is durable",
             ),
         }
     }

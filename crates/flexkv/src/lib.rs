@@ -12,5 +12,6 @@
 mod error;
 pub mod flextree;
 pub mod io;
+pub mod space;
 
 pub use error::{Error, Result};

@@ -1,0 +1,444 @@
+//! The logical log of a FlexSpace (FlexSpace §4.2, "Logical Logging").
+//!
+//! Every change to the FlexTree since the last checkpoint is one small fixed-size entry,
+//! so that the tree file is rewritten only now and then. The log applies on top of the
+//! checkpoint whose sequence number its header names (its *epoch*); a log of another
+//! epoch is stale and ignored.
+//!
+//! Layout (all integers little-endian, see `docs/format.md`):
+//! - block 0, the header: magic, version, epoch, CRC32C;
+//! - blocks 1, 2, …: CRC32C of the rest of the block, entry count, the block's own
+//!   number, then up to [`ENTRIES_PER_BLOCK`] entries of [`ENTRY_SIZE`] bytes.
+//!
+//! Every commit writes whole new blocks (never rewrites one that a sync already covered),
+//! so a crash can only tear the blocks being written. Reading stops at the first block
+//! whose checksum or number is wrong: a torn tail reads as the end of the log.
+
+use std::path::Path;
+
+use crate::io::VfsFile;
+use crate::{Error, Result};
+
+pub(crate) const BLOCK: usize = 4096;
+const MAGIC: &[u8; 8] = b"FLXSLOG1";
+const VERSION: u32 = 1;
+pub(crate) const ENTRY_SIZE: usize = 40;
+const BLOCK_HEAD: usize = 16;
+pub(crate) const ENTRIES_PER_BLOCK: usize = (BLOCK - BLOCK_HEAD) / ENTRY_SIZE;
+
+/// One logged change to the FlexTree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogOp {
+    /// `FlexTree::insert` (merging with the extent before it when contiguous, as the
+    /// original did).
+    Insert { off: u64, len: u64, addr: u64 },
+    /// `FlexTree::collapse`.
+    Collapse { off: u64, len: u64 },
+    /// `FlexTree::overwrite` with a data address.
+    Overwrite { off: u64, len: u64, addr: u64 },
+    /// `FlexTree::remap` (a GC relocation).
+    Remap {
+        off: u64,
+        len: u64,
+        old: u64,
+        new: u64,
+    },
+    /// `FlexTree::set_tag`.
+    Tag { off: u64, tag: u8 },
+    /// The checksum of a data block's first `fill` bytes (see `space::crc`).
+    BlockSum { block: u64, fill: u32, crc: u32 },
+    /// `FlexTree::insert_hole`.
+    InsertHole { off: u64, len: u64 },
+}
+
+fn put(buf: &mut [u8], at: usize, v: u64) {
+    buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get(buf: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn get32(buf: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"))
+}
+
+impl LogOp {
+    pub(crate) fn encode(&self, out: &mut [u8]) {
+        out[..ENTRY_SIZE].fill(0);
+        let (op, tag, a, b, c, d) = match *self {
+            LogOp::Insert { off, len, addr } => (1, 0, off, len, addr, 0),
+            LogOp::Collapse { off, len } => (2, 0, off, len, 0, 0),
+            LogOp::Overwrite { off, len, addr } => (3, 0, off, len, addr, 0),
+            LogOp::Remap { off, len, old, new } => (4, 0, off, len, old, new),
+            LogOp::Tag { off, tag } => (5, tag, off, 0, 0, 0),
+            LogOp::BlockSum { block, fill, crc } => {
+                (6, 0, block, u64::from(fill), u64::from(crc), 0)
+            }
+            LogOp::InsertHole { off, len } => (7, 0, off, len, 0, 0),
+        };
+        out[0] = op;
+        out[1] = tag;
+        put(out, 8, a);
+        put(out, 16, b);
+        put(out, 24, c);
+        put(out, 32, d);
+    }
+
+    /// Decodes one entry; `None` for an operation code this version does not know.
+    pub(crate) fn decode(buf: &[u8]) -> Option<LogOp> {
+        let (a, b, c, d) = (get(buf, 8), get(buf, 16), get(buf, 24), get(buf, 32));
+        Some(match buf[0] {
+            1 => LogOp::Insert {
+                off: a,
+                len: b,
+                addr: c,
+            },
+            2 => LogOp::Collapse { off: a, len: b },
+            3 => LogOp::Overwrite {
+                off: a,
+                len: b,
+                addr: c,
+            },
+            4 => LogOp::Remap {
+                off: a,
+                len: b,
+                old: c,
+                new: d,
+            },
+            5 => LogOp::Tag {
+                off: a,
+                tag: buf[1],
+            },
+            6 => LogOp::BlockSum {
+                block: a,
+                fill: u32::try_from(b).ok()?,
+                crc: u32::try_from(c).ok()?,
+            },
+            7 => LogOp::InsertHole { off: a, len: b },
+            _ => return None,
+        })
+    }
+}
+
+fn header(epoch: u64) -> Vec<u8> {
+    let mut h = vec![0u8; BLOCK];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    put(&mut h, 16, epoch);
+    let crc = crc32c::crc32c(&h[..24]);
+    h[24..28].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// What a log holds: the epoch it applies to (`None` if it has no valid header, which a
+/// crash during a reset can leave), its entries up to the first bad block, and the
+/// number of the first block after them.
+#[derive(Debug)]
+pub(crate) struct LogContents {
+    pub epoch: Option<u64>,
+    pub ops: Vec<LogOp>,
+    pub next_block: u64,
+}
+
+/// Reads a whole log. A header from a newer format version is an error (nothing is
+/// changed); a bad block ends the log.
+pub(crate) fn read(file: &dyn VfsFile) -> Result<LogContents> {
+    let len = file.len()?;
+    let empty = LogContents {
+        epoch: None,
+        ops: Vec::new(),
+        next_block: 1,
+    };
+    if len < BLOCK as u64 {
+        return Ok(empty);
+    }
+    let mut h = vec![0u8; BLOCK];
+    file.read_exact_at(&mut h, 0)?;
+    if &h[..8] != MAGIC || crc32c::crc32c(&h[..24]) != get32(&h, 24) {
+        return Ok(empty);
+    }
+    let version = get32(&h, 8);
+    if version > VERSION {
+        return Err(corruption(
+            file.path(),
+            8,
+            format!("log format version {version} is newer than {VERSION}"),
+        ));
+    }
+    let epoch = get(&h, 16);
+    let mut ops = Vec::new();
+    let mut block = vec![0u8; BLOCK];
+    let mut n = 1u64;
+    while (n + 1) * BLOCK as u64 <= len {
+        file.read_exact_at(&mut block, n * BLOCK as u64)?;
+        let count = get32(&block, 4) as usize;
+        let valid = crc32c::crc32c(&block[4..]) == get32(&block, 0)
+            && get(&block, 8) == n
+            && count <= ENTRIES_PER_BLOCK;
+        if !valid {
+            break;
+        }
+        for i in 0..count {
+            let at = BLOCK_HEAD + i * ENTRY_SIZE;
+            let op = LogOp::decode(&block[at..at + ENTRY_SIZE]).ok_or_else(|| {
+                corruption(
+                    file.path(),
+                    n * BLOCK as u64 + at as u64,
+                    "unknown log operation".into(),
+                )
+            })?;
+            ops.push(op);
+        }
+        n += 1;
+    }
+    Ok(LogContents {
+        epoch: Some(epoch),
+        ops,
+        next_block: n,
+    })
+}
+
+fn corruption(path: &Path, offset: u64, reason: String) -> Error {
+    Error::Corruption {
+        file: path.to_path_buf(),
+        offset,
+        reason,
+    }
+}
+
+/// Appends entries in whole blocks.
+pub(crate) struct LogWriter {
+    next_block: u64,
+    pending: Vec<LogOp>,
+    /// Bytes written to the log file, for write amplification.
+    pub bytes_written: u64,
+}
+
+impl LogWriter {
+    /// A writer that continues after `next_block`.
+    pub(crate) fn new(next_block: u64) -> Self {
+        LogWriter {
+            next_block,
+            pending: Vec::new(),
+            bytes_written: 0,
+        }
+    }
+
+    pub(crate) fn push(&mut self, op: LogOp) {
+        self.pending.push(op);
+    }
+
+    /// Puts `ops` before every pending entry (checksums go before the changes that refer
+    /// to the data they cover).
+    pub(crate) fn prepend(&mut self, ops: Vec<LogOp>) {
+        self.pending.splice(0..0, ops);
+    }
+
+    /// How many entries wait for the next commit.
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Bytes the log file will hold after the next commit.
+    pub(crate) fn size_after_commit(&self) -> u64 {
+        let blocks = self.pending.len().div_ceil(ENTRIES_PER_BLOCK) as u64;
+        (self.next_block + blocks) * BLOCK as u64
+    }
+
+    /// Writes the pending entries as new blocks and syncs the file. On failure nothing
+    /// is forgotten: the entries stay pending (the caller poisons the space anyway).
+    pub(crate) fn commit(&mut self, file: &dyn VfsFile) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let blocks = self.pending.chunks(ENTRIES_PER_BLOCK);
+        let mut buf = vec![0u8; blocks.len() * BLOCK];
+        for (i, chunk) in self.pending.chunks(ENTRIES_PER_BLOCK).enumerate() {
+            let block = &mut buf[i * BLOCK..(i + 1) * BLOCK];
+            block[4..8].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
+            put(block, 8, self.next_block + i as u64);
+            for (j, op) in chunk.iter().enumerate() {
+                let at = BLOCK_HEAD + j * ENTRY_SIZE;
+                op.encode(&mut block[at..at + ENTRY_SIZE]);
+            }
+            let crc = crc32c::crc32c(&block[4..]);
+            block[..4].copy_from_slice(&crc.to_le_bytes());
+        }
+        file.write_at(&buf, self.next_block * BLOCK as u64)?;
+        file.sync()?;
+        self.bytes_written += buf.len() as u64;
+        self.next_block += (buf.len() / BLOCK) as u64;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Empties the log and starts epoch `epoch`: truncate, write the header, sync. A crash
+    /// in between leaves a log with no valid header, which reads as empty.
+    pub(crate) fn reset(&mut self, file: &dyn VfsFile, epoch: u64) -> Result<()> {
+        file.set_len(0)?;
+        file.write_at(&header(epoch), 0)?;
+        file.sync()?;
+        self.bytes_written += BLOCK as u64;
+        self.next_block = 1;
+        self.pending.clear();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{CrashMode, FaultVfs, OpenMode, Vfs};
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    fn ops(n: u64) -> Vec<LogOp> {
+        (0..n)
+            .map(|i| match i % 5 {
+                0 => LogOp::Insert {
+                    off: i,
+                    len: i + 1,
+                    addr: i * 7,
+                },
+                1 => LogOp::Collapse { off: i, len: 3 },
+                2 => LogOp::Overwrite {
+                    off: i,
+                    len: 9,
+                    addr: u64::MAX >> 9,
+                },
+                3 => LogOp::Remap {
+                    off: i,
+                    len: 2,
+                    old: 5,
+                    new: 6,
+                },
+                4 if i % 2 == 0 => LogOp::BlockSum {
+                    block: i,
+                    fill: 4096,
+                    crc: u32::MAX - i as u32,
+                },
+                4 if i % 3 == 0 => LogOp::InsertHole {
+                    off: i,
+                    len: 1 << 40,
+                },
+                _ => LogOp::Tag {
+                    off: i,
+                    tag: (i % 256) as u8,
+                },
+            })
+            .collect()
+    }
+
+    fn open(vfs: &FaultVfs) -> Arc<dyn VfsFile> {
+        vfs.create_dir_all(Path::new("/s")).unwrap();
+        let f = vfs.open(Path::new("/s/log"), OpenMode::Create).unwrap();
+        vfs.sync_dir(Path::new("/s")).unwrap();
+        f
+    }
+
+    #[test]
+    fn every_entry_kind_round_trips() {
+        for op in ops(10) {
+            let mut buf = [0u8; ENTRY_SIZE];
+            op.encode(&mut buf);
+            assert_eq!(LogOp::decode(&buf), Some(op));
+        }
+        assert_eq!(LogOp::decode(&[9u8; ENTRY_SIZE]), None);
+    }
+
+    #[test]
+    fn commits_append_blocks_that_read_back_in_order() {
+        let vfs = FaultVfs::new(1);
+        let f = open(&vfs);
+        let mut w = LogWriter::new(1);
+        w.reset(&*f, 7).unwrap();
+        let all = ops(500);
+        for chunk in all.chunks(130) {
+            chunk.iter().for_each(|&op| w.push(op));
+            let expected = w.size_after_commit();
+            w.commit(&*f).unwrap();
+            assert_eq!(f.len().unwrap(), expected);
+        }
+        let back = read(&*f).unwrap();
+        assert_eq!(back.epoch, Some(7));
+        assert_eq!(back.ops, all);
+        assert_eq!(back.next_block, w.next_block);
+    }
+
+    #[test]
+    fn a_torn_or_damaged_block_ends_the_log() {
+        for seed in 0..40 {
+            let vfs = FaultVfs::new(seed);
+            let f = open(&vfs);
+            let mut w = LogWriter::new(1);
+            w.reset(&*f, 3).unwrap();
+            let all = ops(400);
+            all[..150].iter().for_each(|&op| w.push(op));
+            w.commit(&*f).unwrap();
+            all[150..].iter().for_each(|&op| w.push(op));
+            // The second commit's write is torn by the crash (its sync never happened).
+            let buf_len = w.size_after_commit();
+            vfs.fail_after(2); // the write happens, its sync fails
+            assert!(w.commit(&*f).is_err());
+            vfs.crash(CrashMode::TearLastWrite);
+            let f = vfs.open(Path::new("/s/log"), OpenMode::Existing).unwrap();
+            let back = read(&*f).unwrap();
+            assert!(
+                back.ops.len() >= 150 && back.ops.len() <= 400,
+                "{}",
+                back.ops.len()
+            );
+            assert_eq!(back.ops[..], all[..back.ops.len()], "a prefix, seed {seed}");
+            assert!(f.len().unwrap() <= buf_len);
+        }
+        // A flipped byte in the middle block ends the log there.
+        let vfs = FaultVfs::new(9);
+        let f = open(&vfs);
+        let mut w = LogWriter::new(1);
+        w.reset(&*f, 1).unwrap();
+        ops(300).into_iter().for_each(|op| w.push(op));
+        w.commit(&*f).unwrap();
+        let path = PathBuf::from("/s/log");
+        let mut bytes = vfs.contents(&path).unwrap();
+        bytes[2 * BLOCK + 100] ^= 1;
+        vfs.set_contents(&path, bytes).unwrap();
+        assert_eq!(read(&*f).unwrap().ops, ops(300)[..ENTRIES_PER_BLOCK]);
+    }
+
+    #[test]
+    fn a_reset_torn_by_a_crash_reads_as_an_empty_log() {
+        let vfs = FaultVfs::new(4);
+        let f = open(&vfs);
+        let mut w = LogWriter::new(1);
+        w.reset(&*f, 1).unwrap();
+        ops(50).into_iter().for_each(|op| w.push(op));
+        w.commit(&*f).unwrap();
+        vfs.fail_after(3); // truncate and header write happen; the sync fails
+        assert!(w.reset(&*f, 2).is_err());
+        vfs.crash(CrashMode::KeepPrefix);
+        let f = vfs.open(Path::new("/s/log"), OpenMode::Existing).unwrap();
+        let back = read(&*f).unwrap();
+        // Either the old log survived whole, or the new empty one, or nothing valid.
+        match back.epoch {
+            Some(1) => assert_eq!(back.ops, ops(50)),
+            Some(2) | None => assert!(back.ops.is_empty()),
+            other => panic!("unexpected epoch {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_newer_version_is_refused() {
+        let vfs = FaultVfs::new(5);
+        let f = open(&vfs);
+        let mut h = header(1);
+        h[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32c::crc32c(&h[..24]);
+        h[24..28].copy_from_slice(&crc.to_le_bytes());
+        f.write_at(&h, 0).unwrap();
+        assert!(matches!(
+            read(&*f),
+            Err(Error::Corruption { offset: 8, .. })
+        ));
+    }
+}

@@ -1,0 +1,412 @@
+//! FlexSpace: a persistent flexible address space (FlexSpace §4).
+//!
+//! A byte-addressed space in which bytes can be inserted or removed anywhere, shifting
+//! everything after them in O(log n), with no data rewritten. Three files in one
+//! directory:
+//! - the data file (`flexspace.data`): fixed-size segments written log-structured
+//!   through an in-memory buffer;
+//! - the FlexTree file (`flexspace.tree`): the extent index, written copy-on-write under
+//!   two alternating checksummed headers;
+//! - the logical log (`flexspace.log`): every index change since the last checkpoint,
+//!   as small fixed-size entries in checksummed blocks.
+//!
+//! Durability follows the paper's Figure 9: data, sync, log, sync; and when the log is
+//! large, nodes, sync, header, sync, then the log starts over. Nothing is durable until
+//! [`FlexSpace::sync`] returns; after a crash, [`FlexSpace::open`] recovers the space as it
+//! was at some moment between the last acknowledged `sync` and the last change issued.
+//!
+//! Reads take `&self` and may run from many threads at once. Every change takes `&mut
+//! self`: wrap the space in a reader-writer lock to share it.
+
+mod crc;
+mod log;
+mod segments;
+mod treefile;
+mod write;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::flextree::{FlexTree, FlexTreeOptions, Run};
+use crate::io::{FileLock, OpenMode, Vfs, VfsFile};
+use crate::{Error, Result};
+use crc::{BlockSum, CrcTable};
+use log::{LogOp, LogWriter};
+use segments::Segments;
+use treefile::TreeFile;
+
+const DATA_FILE: &str = "flexspace.data";
+const TREE_FILE: &str = "flexspace.tree";
+const LOG_FILE: &str = "flexspace.log";
+const LOCK_FILE: &str = "flexspace.lock";
+
+/// Options of a [`FlexSpace`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpaceOptions {
+    /// Size of a data segment in bytes: a power of two from 64 KiB to 1 GiB.
+    pub segment_size: u64,
+    /// Largest extent in bytes, at most 1/4 of a segment (the paper's 1/K rule with
+    /// K = 32 by default): garbage collection can then always free space.
+    pub max_extent: u64,
+    /// After a sync leaves the log larger than this, the tree is checkpointed and the log
+    /// starts over.
+    pub log_capacity: u64,
+    /// An optional limit on the data file's size; writes that would need more fail with
+    /// [`Error::NoSpace`] and change nothing.
+    pub max_data_size: Option<u64>,
+    /// Node capacities of the FlexTree.
+    pub tree: FlexTreeOptions,
+}
+
+impl Default for SpaceOptions {
+    fn default() -> Self {
+        SpaceOptions {
+            segment_size: 4 << 20,
+            max_extent: 128 << 10,
+            log_capacity: 4 << 20,
+            max_data_size: None,
+            tree: FlexTreeOptions::default(),
+        }
+    }
+}
+
+impl SpaceOptions {
+    fn validate(&self) -> Result<()> {
+        let s = self.segment_size;
+        if !s.is_power_of_two() || !(64 << 10..=1 << 30).contains(&s) {
+            return Err(Error::invalid(format!(
+                "segment_size {s} must be a power of two from 64 KiB to 1 GiB"
+            )));
+        }
+        if self.max_extent == 0 || self.max_extent > s / 4 {
+            return Err(Error::invalid(format!(
+                "max_extent {} must be 1..={} (a quarter segment)",
+                self.max_extent,
+                s / 4
+            )));
+        }
+        if self.tree.leaf_capacity > treefile::MAX_LEAF_CAPACITY
+            || self.tree.internal_capacity > treefile::MAX_INTERNAL_CAPACITY
+        {
+            return Err(Error::invalid(format!(
+                "tree capacities {:?} exceed what a {}-byte page holds ({} / {})",
+                self.tree,
+                treefile::PAGE,
+                treefile::MAX_LEAF_CAPACITY,
+                treefile::MAX_INTERNAL_CAPACITY
+            )));
+        }
+        if let Some(max) = self.max_data_size {
+            if max < 4 * s {
+                return Err(Error::invalid(format!(
+                    "max_data_size {max} must hold at least 4 segments"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// K of the paper's 1/K rule.
+    fn k(&self) -> u64 {
+        self.segment_size / self.max_extent
+    }
+}
+
+/// Counters of a [`FlexSpace`], for write amplification and GC work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpaceStats {
+    /// Bytes given to `write` and `insert`.
+    pub user_bytes: u64,
+    /// Bytes written to the data file (user data and GC relocations).
+    pub data_bytes_written: u64,
+    /// Bytes written to the logical log.
+    pub log_bytes_written: u64,
+    /// Bytes written to the FlexTree file.
+    pub tree_bytes_written: u64,
+    /// Bytes that some extent maps to (what the space holds, holes excluded).
+    pub live_bytes: u64,
+    /// Bytes of the data file taken by segments that are not free.
+    pub used_bytes: u64,
+    /// Segments in the data file, and how many of them are free.
+    pub segments: u64,
+    /// Free segments.
+    pub free_segments: u64,
+    /// Extents in the FlexTree.
+    pub extents: u64,
+    /// Garbage-collection passes, bytes they moved, and segments they freed.
+    pub gc_passes: u64,
+    /// Bytes relocated by garbage collection.
+    pub gc_bytes_relocated: u64,
+    /// Segments freed by garbage collection.
+    pub gc_segments_freed: u64,
+    /// Checkpoints of the FlexTree file.
+    pub checkpoints: u64,
+}
+
+/// A persistent flexible address space. See the [module documentation](self).
+///
+/// Dropping a `FlexSpace` syncs what it can, best effort; call [`FlexSpace::close`] to
+/// learn whether that worked (and to checkpoint, so the next open replays nothing).
+pub struct FlexSpace {
+    opts: SpaceOptions,
+    dir: PathBuf,
+    data: Arc<dyn VfsFile>,
+    log_file: Arc<dyn VfsFile>,
+    treefile: TreeFile,
+    tree: FlexTree,
+    log: LogWriter,
+    segs: Segments,
+    /// Checksums of the data file's blocks, and those not yet logged.
+    table: CrcTable,
+    sum_ops: Vec<LogOp>,
+    stats: SpaceStats,
+    poisoned: bool,
+    _lock: FileLock,
+}
+
+impl std::fmt::Debug for FlexSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlexSpace")
+            .field("dir", &self.dir)
+            .field("len", &self.tree.len())
+            .field("extents", &self.tree.extent_count())
+            .finish()
+    }
+}
+
+fn corruption(file: &dyn VfsFile, offset: u64, reason: String) -> Error {
+    Error::Corruption {
+        file: file.path().to_path_buf(),
+        offset,
+        reason,
+    }
+}
+
+/// Reads exactly `buf.len()` bytes at `at`; a file that ends first is corrupt (something
+/// durable says those bytes are there).
+pub(crate) fn read_or_corrupt(file: &dyn VfsFile, buf: &mut [u8], at: u64) -> Result<()> {
+    match file.read_exact_at(buf, at) {
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Err(corruption(
+                file,
+                at,
+                "the file ends before bytes that are recorded as written".into(),
+            ))
+        }
+        r => r,
+    }
+}
+
+/// Applies one logged change to the tree: the one path both live changes and replay take.
+fn apply(tree: &mut FlexTree, op: LogOp, max_extent: u64) -> Result<()> {
+    match op {
+        LogOp::Insert { off, len, addr } => tree.insert_merging(off, len, addr, max_extent),
+        LogOp::Collapse { off, len } => tree.collapse(off, len),
+        LogOp::Overwrite { off, len, addr } => tree.overwrite(off, len, Some(addr)),
+        LogOp::Remap { off, len, old, new } => tree.remap(off, len, old, new),
+        LogOp::Tag { off, tag } => tree.set_tag(off, tag),
+        LogOp::InsertHole { off, len } => tree.insert_hole(off, len),
+        LogOp::BlockSum { .. } => Ok(()), // the checksum table's, not the tree's
+    }
+}
+
+impl FlexSpace {
+    /// Opens the space in `dir` (created if missing), recovering it after a crash: the
+    /// newest valid checkpoint of the tree, then the log entries written on top of it, up
+    /// to the first torn or damaged block. A second open of the same directory fails
+    /// with [`Error::Locked`] until the first is dropped.
+    pub fn open(vfs: Arc<dyn Vfs>, dir: impl AsRef<Path>, opts: SpaceOptions) -> Result<FlexSpace> {
+        opts.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        vfs.create_dir_all(&dir)?;
+        let lock = vfs.lock(&dir.join(LOCK_FILE))?;
+        let data = vfs.open(&dir.join(DATA_FILE), OpenMode::Create)?;
+        let tree_file = vfs.open(&dir.join(TREE_FILE), OpenMode::Create)?;
+        let log_file = vfs.open(&dir.join(LOG_FILE), OpenMode::Create)?;
+        vfs.sync_dir(&dir)?;
+        let (treefile, mut tree, mut table) = TreeFile::open(tree_file, opts.tree)?;
+        let contents = log::read(&*log_file)?;
+        let mut log = LogWriter::new(contents.next_block);
+        if contents.epoch.is_some_and(|e| e > treefile.seq()) {
+            // A checkpoint's header is durable before the log restarts on top of it, so a
+            // newer log means the newest header was lost: refuse rather than drop the log.
+            return Err(corruption(
+                &*log_file,
+                16,
+                format!(
+                    "the log follows checkpoint {:?}, but the newest valid one is {}",
+                    contents.epoch,
+                    treefile.seq()
+                ),
+            ));
+        }
+        if contents.epoch == Some(treefile.seq()) {
+            for (i, op) in contents.ops.into_iter().enumerate() {
+                if let LogOp::BlockSum { block, fill, crc } = op {
+                    table.set(block, BlockSum { fill, crc });
+                }
+                apply(&mut tree, op, opts.max_extent).map_err(|e| {
+                    corruption(
+                        &*log_file,
+                        0,
+                        format!("log entry {i} ({op:?}) does not apply: {e}"),
+                    )
+                })?;
+            }
+        } else {
+            log.reset(&*log_file, treefile.seq())?;
+        }
+        let data_len = data.len()?;
+        let mut live = Vec::new();
+        for e in tree.extents() {
+            let Some(addr) = e.addr else { continue };
+            if addr + e.len > data_len {
+                return Err(corruption(
+                    &*data,
+                    addr,
+                    format!("extent {e:?} maps bytes past the data file's end {data_len}"),
+                ));
+            }
+            add_live(&mut live, opts.segment_size, addr, e.len);
+        }
+        let segs = Segments::new(opts.segment_size, data_len, live);
+        let mut space = FlexSpace {
+            opts,
+            dir,
+            data,
+            log_file,
+            treefile,
+            tree,
+            log,
+            segs,
+            table,
+            sum_ops: Vec::new(),
+            stats: SpaceStats::default(),
+            poisoned: false,
+            _lock: lock,
+        };
+        space.refresh_stats();
+        Ok(space)
+    }
+
+    /// The size of the space in bytes.
+    pub fn len(&self) -> u64 {
+        self.tree.len()
+    }
+
+    /// Whether the space is empty.
+    pub fn is_empty(&self) -> bool {
+        self.tree.is_empty()
+    }
+
+    /// Reads `buf.len()` bytes from `off`; the range must lie inside the space.
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let mut runs = Vec::new();
+        self.tree.query_into(off, buf.len() as u64, &mut runs)?;
+        let mut at = 0usize;
+        for Run { addr, len } in runs {
+            let piece = &mut buf[at..at + len as usize];
+            match addr {
+                None => piece.fill(0),
+                Some(a) => self.read_data(a, piece)?,
+            }
+            at += len as usize;
+        }
+        Ok(())
+    }
+
+    /// Reads data-file bytes at `addr`: from the open segment's buffer if they are there,
+    /// else from the file, verifying the checksum of every block touched.
+    fn read_data(&self, addr: u64, out: &mut [u8]) -> Result<()> {
+        if self.segs.read_buffered(addr, out) {
+            return Ok(());
+        }
+        let mut block_buf = [0u8; crc::BLOCK as usize];
+        let (mut at, end) = (addr, addr + out.len() as u64);
+        while at < end {
+            let block = at / crc::BLOCK;
+            let start = block * crc::BLOCK;
+            let upto = end.min(start + crc::BLOCK);
+            let sum = self.table.get(block);
+            if u64::from(sum.fill) < upto - start {
+                return Err(corruption(
+                    &*self.data,
+                    start,
+                    format!(
+                        "block {block} has {} checksummed bytes, {} are mapped",
+                        sum.fill,
+                        upto - start
+                    ),
+                ));
+            }
+            let bytes = &mut block_buf[..sum.fill as usize];
+            read_or_corrupt(&*self.data, bytes, start)?;
+            if crc32c::crc32c(bytes) != sum.crc {
+                return Err(corruption(
+                    &*self.data,
+                    start,
+                    format!("data block {block} checksum mismatch"),
+                ));
+            }
+            let o = (at - addr) as usize;
+            out[o..o + (upto - at) as usize]
+                .copy_from_slice(&bytes[(at - start) as usize..(upto - start) as usize]);
+            at = upto;
+        }
+        Ok(())
+    }
+
+    /// FlexDB §5.4: the extent that holds `off` begins at some offset `<= off`; returns
+    /// that offset, the extent's length, and up to `max_len` bytes from its start.
+    pub fn read_extent(&self, off: u64, max_len: u64) -> Result<(u64, u64, Vec<u8>)> {
+        let e = self.tree.lookup(off).ok_or_else(|| {
+            Error::invalid(format!(
+                "read_extent at {off} is outside the space of {} bytes",
+                self.len()
+            ))
+        })?;
+        let mut buf = vec![0u8; e.len.min(max_len) as usize];
+        self.read(e.offset, &mut buf)?;
+        Ok((e.offset, e.len, buf))
+    }
+
+    /// The tag of the extent that starts exactly at `off`, if one does.
+    pub fn tag(&self, off: u64) -> Option<u8> {
+        self.tree.tag_at(off)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> SpaceStats {
+        self.stats
+    }
+
+    /// Checks the in-memory index's invariants (for tests).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        self.tree.check()
+    }
+
+    fn refresh_stats(&mut self) {
+        let (live, used) = self.segs.totals();
+        self.stats.live_bytes = live;
+        self.stats.used_bytes = used;
+        self.stats.segments = self.segs.count() as u64;
+        self.stats.free_segments = self.segs.free_count() as u64;
+        self.stats.extents = self.tree.extent_count();
+        self.stats.log_bytes_written = self.log.bytes_written;
+        self.stats.tree_bytes_written = self.treefile.bytes_written;
+    }
+}
+
+/// Adds `len` live bytes at `addr` to per-segment counts, splitting at segment ends.
+fn add_live(live: &mut Vec<u64>, seg_size: u64, mut addr: u64, mut len: u64) {
+    while len > 0 {
+        let seg = (addr / seg_size) as usize;
+        let n = len.min((seg as u64 + 1) * seg_size - addr);
+        if live.len() <= seg {
+            live.resize(seg + 1, 0);
+        }
+        live[seg] += n;
+        addr += n;
+        len -= n;
+    }
+}

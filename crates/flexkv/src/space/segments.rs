@@ -1,0 +1,241 @@
+//! The data file of a FlexSpace: fixed-size segments written log-structured (FlexSpace
+//! §4.1).
+//!
+//! New data goes into the *open* segment through an in-memory buffer that holds the
+//! segment from its start; `flush` writes what the file does not have yet. Each segment's
+//! live bytes (bytes some extent still maps) are counted exactly. A segment whose live
+//! count falls to zero is not reused at once: the log records that freed it must be
+//! durable first, or a crash could bring back a tree that still maps it. Such a segment
+//! waits as `Freeing` until [`Segments::log_committed`].
+
+use std::sync::Arc;
+
+use super::crc::{self, BlockSum};
+use crate::io::VfsFile;
+use crate::Result;
+
+/// A segment's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Unused: may become the open segment.
+    Free,
+    /// The segment new data is appended to.
+    Open,
+    /// Holds data; may be garbage-collected.
+    Used,
+    /// Holds no live data, but the log records that freed it are not durable yet.
+    Freeing,
+}
+
+pub(crate) struct Segments {
+    pub size: u64,
+    pub live: Vec<u64>,
+    pub state: Vec<State>,
+    /// The open segment and its content from the segment's start.
+    open: Option<u64>,
+    buf: Vec<u8>,
+    /// How much of `buf` the file already has.
+    flushed: usize,
+    /// Segments that became free since the last punch (their space can be returned).
+    to_punch: Vec<u64>,
+    /// How much of `buf` has its block checksums taken (the block holding this point is
+    /// taken again next time, as it may have grown).
+    summed: usize,
+    /// Block checksums taken and not yet handed to the table and the log.
+    sums: Vec<(u64, BlockSum)>,
+}
+
+impl Segments {
+    /// The table for a data file of `file_len` bytes whose live bytes per segment are
+    /// `live` (computed from the tree).
+    pub(crate) fn new(size: u64, file_len: u64, mut live: Vec<u64>) -> Segments {
+        let count = file_len.div_ceil(size).max(live.len() as u64) as usize;
+        live.resize(count, 0);
+        let state = live
+            .iter()
+            .map(|&l| if l > 0 { State::Used } else { State::Free })
+            .collect();
+        Segments {
+            size,
+            live,
+            state,
+            open: None,
+            buf: Vec::new(),
+            flushed: 0,
+            to_punch: Vec::new(),
+            summed: 0,
+            sums: Vec::new(),
+        }
+    }
+
+    pub(crate) fn of(&self, addr: u64) -> usize {
+        (addr / self.size) as usize
+    }
+
+    /// Room left in the open segment (0 if none is open).
+    pub(crate) fn room(&self) -> u64 {
+        match self.open {
+            Some(_) => self.size - self.buf.len() as u64,
+            None => 0,
+        }
+    }
+
+    /// Segments in use or reserved, and how many there are in all.
+    pub(crate) fn count(&self) -> usize {
+        self.live.len()
+    }
+
+    pub(crate) fn free_count(&self) -> usize {
+        self.state.iter().filter(|&&s| s == State::Free).count()
+    }
+
+    /// Makes a free (or a new) segment the open one; the caller has flushed and closed
+    /// the previous one. Returns the segment.
+    pub(crate) fn open_next(&mut self) -> u64 {
+        debug_assert!(self.open.is_none());
+        let seg = match self.state.iter().position(|&s| s == State::Free) {
+            Some(s) => s,
+            None => {
+                self.live.push(0);
+                self.state.push(State::Free);
+                self.live.len() - 1
+            }
+        };
+        self.state[seg] = State::Open;
+        self.open = Some(seg as u64);
+        self.buf.clear();
+        self.flushed = 0;
+        self.summed = 0;
+        seg as u64
+    }
+
+    /// Appends to the open segment (which has room for all of `data`); returns the
+    /// physical address written.
+    pub(crate) fn append(&mut self, data: &[u8]) -> u64 {
+        let seg = self.open.expect("an open segment");
+        debug_assert!(data.len() as u64 <= self.room());
+        let addr = seg * self.size + self.buf.len() as u64;
+        self.buf.extend_from_slice(data);
+        addr
+    }
+
+    /// Writes the part of the open segment the file does not have yet.
+    pub(crate) fn flush(&mut self, file: &dyn VfsFile) -> Result<u64> {
+        let Some(seg) = self.open else { return Ok(0) };
+        let new = &self.buf[self.flushed..];
+        if new.is_empty() {
+            return Ok(0);
+        }
+        file.write_at(new, seg * self.size + self.flushed as u64)?;
+        self.flushed = self.buf.len();
+        Ok(new.len() as u64)
+    }
+
+    /// Takes the checksums of the open segment's blocks written since the last call.
+    pub(crate) fn take_sums(&mut self) -> Vec<(u64, BlockSum)> {
+        if let Some(seg) = self.open {
+            let first = self.summed as u64 / crc::BLOCK;
+            let blocks_per_segment = self.size / crc::BLOCK;
+            let mut at = first * crc::BLOCK;
+            while (at as usize) < self.buf.len() {
+                let end = (at + crc::BLOCK).min(self.buf.len() as u64);
+                let block = seg * blocks_per_segment + at / crc::BLOCK;
+                self.sums
+                    .push((block, crc::sum(&self.buf[at as usize..end as usize])));
+                at = end;
+            }
+            self.summed = self.buf.len();
+        }
+        std::mem::take(&mut self.sums)
+    }
+
+    /// Flushes and closes the open segment (it becomes `Used`, or `Freeing` if everything
+    /// in it was already removed), keeping its last block checksums for the next commit.
+    pub(crate) fn close_open(&mut self, file: &dyn VfsFile) -> Result<u64> {
+        let sums = self.take_sums();
+        self.sums = sums;
+        let written = self.flush(file)?;
+        if let Some(seg) = self.open.take() {
+            let seg = seg as usize;
+            self.state[seg] = if self.live[seg] > 0 {
+                State::Used
+            } else {
+                State::Freeing
+            };
+            self.buf.clear();
+            self.flushed = 0;
+        }
+        Ok(written)
+    }
+
+    /// Copies bytes at `addr` from the open segment's buffer, if they are there.
+    pub(crate) fn read_buffered(&self, addr: u64, out: &mut [u8]) -> bool {
+        let Some(seg) = self.open else { return false };
+        let start = seg * self.size;
+        if addr < start || addr + out.len() as u64 > start + self.buf.len() as u64 {
+            return false;
+        }
+        let at = (addr - start) as usize;
+        out.copy_from_slice(&self.buf[at..at + out.len()]);
+        true
+    }
+
+    /// Calls `f(segment, bytes)` for the part of `[addr, addr + len)` in each segment.
+    fn per_segment(&self, mut addr: u64, mut len: u64, mut f: impl FnMut(usize, u64)) {
+        while len > 0 {
+            let seg = self.of(addr);
+            let n = len.min((seg as u64 + 1) * self.size - addr);
+            f(seg, n);
+            addr += n;
+            len -= n;
+        }
+    }
+
+    pub(crate) fn add_live(&mut self, addr: u64, len: u64) {
+        let mut parts = Vec::new();
+        self.per_segment(addr, len, |seg, n| parts.push((seg, n)));
+        for (seg, n) in parts {
+            self.live[seg] += n;
+        }
+    }
+
+    pub(crate) fn remove_live(&mut self, addr: u64, len: u64) {
+        let mut parts = Vec::new();
+        self.per_segment(addr, len, |seg, n| parts.push((seg, n)));
+        for (seg, n) in parts {
+            self.live[seg] = self.live[seg]
+                .checked_sub(n)
+                .expect("live byte count of a segment went negative");
+            if self.live[seg] == 0 && self.state[seg] == State::Used {
+                self.state[seg] = State::Freeing;
+            }
+        }
+    }
+
+    /// The log records that freed the `Freeing` segments are durable: they become free.
+    pub(crate) fn log_committed(&mut self) {
+        for (seg, s) in self.state.iter_mut().enumerate() {
+            if *s == State::Freeing {
+                *s = State::Free;
+                self.to_punch.push(seg as u64);
+            }
+        }
+    }
+
+    /// Returns the disk space of segments freed since the last call.
+    pub(crate) fn punch_freed(&mut self, file: &Arc<dyn VfsFile>) -> Result<()> {
+        for seg in std::mem::take(&mut self.to_punch) {
+            if self.state[seg as usize] == State::Free {
+                file.punch_hole(seg * self.size, self.size)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Live bytes in all, and bytes the data file's segments occupy.
+    pub(crate) fn totals(&self) -> (u64, u64) {
+        let live = self.live.iter().sum();
+        let used = self.state.iter().filter(|&&s| s != State::Free).count() as u64 * self.size;
+        (live, used)
+    }
+}

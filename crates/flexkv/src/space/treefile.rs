@@ -1,0 +1,647 @@
+//! The FlexTree file: the persistent FlexTree, written copy-on-write (FlexSpace §4.2).
+//!
+//! Pages of [`PAGE`] bytes. Pages 0 and 1 are two header slots; a checkpoint with sequence
+//! number `s` writes slot `s % 2`, so the previous header stays intact until the new one
+//! is durable, and the valid header with the highest sequence is the tree. Every other
+//! page holds one node, with a CRC32C over the page.
+//!
+//! A checkpoint writes every node that changed since the last one, and every ancestor of
+//! such a node (its child's page moved), into pages the last durable checkpoint does not
+//! use: a crash at any point leaves the last durable tree whole. Order: node pages, sync,
+//! header, sync. Only then are the old version's pages free for the next checkpoint.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::crc::{self, BlockSum, CrcTable};
+use crate::flextree::image::NodeImage;
+use crate::flextree::{FlexTree, FlexTreeOptions, NodeId};
+use crate::io::VfsFile;
+use crate::{Error, Result};
+
+pub(crate) const PAGE: usize = 4096;
+const MAGIC: &[u8; 8] = b"FLXSTREE";
+const VERSION: u32 = 1;
+const NODE_HEAD: usize = 24;
+const LEAF: u8 = 1;
+const INTERNAL: u8 = 2;
+
+/// The most leaf entries and internal children a page holds.
+pub(crate) const MAX_LEAF_CAPACITY: usize = (PAGE - NODE_HEAD) / 24;
+pub(crate) const MAX_INTERNAL_CAPACITY: usize = (PAGE - NODE_HEAD + 8) / 16;
+
+/// What a header records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub seq: u64,
+    pub root: u64,
+    pub leaf_capacity: u32,
+    pub internal_capacity: u32,
+    pub len: u64,
+    pub extents: u64,
+    pub pages: u64,
+    /// Chunks of the data-block checksum table, and the directory pages that list
+    /// their pages.
+    pub chunks: u64,
+    pub directory: Vec<u64>,
+}
+
+/// Offset of the directory in the header page, and the most directory pages it holds.
+const DIRECTORY_AT: usize = 80;
+const MAX_DIRECTORY: usize = (PAGE - 4 - DIRECTORY_AT) / 8;
+/// Page numbers per directory page.
+const PER_DIRECTORY: usize = (PAGE - NODE_HEAD) / 8;
+const CHUNK_KIND: u8 = 3;
+const DIRECTORY_KIND: u8 = 4;
+
+fn put(buf: &mut [u8], at: usize, v: u64) {
+    buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+fn put32(buf: &mut [u8], at: usize, v: u32) {
+    buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn get(buf: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"))
+}
+fn get32(buf: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"))
+}
+
+impl Header {
+    fn encode(&self) -> Vec<u8> {
+        let mut h = vec![0u8; PAGE];
+        h[..8].copy_from_slice(MAGIC);
+        put32(&mut h, 8, VERSION);
+        put32(&mut h, 12, PAGE as u32);
+        put(&mut h, 16, self.seq);
+        put(&mut h, 24, self.root);
+        put32(&mut h, 32, self.leaf_capacity);
+        put32(&mut h, 36, self.internal_capacity);
+        put(&mut h, 40, self.len);
+        put(&mut h, 48, self.extents);
+        put(&mut h, 56, self.pages);
+        put(&mut h, 64, self.chunks);
+        put(&mut h, 72, self.directory.len() as u64);
+        for (i, &p) in self.directory.iter().enumerate() {
+            put(&mut h, DIRECTORY_AT + 8 * i, p);
+        }
+        let crc = crc32c::crc32c(&h[..PAGE - 4]);
+        put32(&mut h, PAGE - 4, crc);
+        h
+    }
+
+    /// `Ok(None)` for a slot that holds no valid header (never written, or torn).
+    fn decode(h: &[u8], file: &dyn VfsFile, at: u64) -> Result<Option<Header>> {
+        if &h[..8] != MAGIC || crc32c::crc32c(&h[..PAGE - 4]) != get32(h, PAGE - 4) {
+            return Ok(None);
+        }
+        let version = get32(h, 8);
+        if version > VERSION {
+            return Err(corrupt(
+                file,
+                at + 8,
+                format!("tree file version {version} is newer than {VERSION}"),
+            ));
+        }
+        if get32(h, 12) as usize != PAGE {
+            return Err(corrupt(file, at + 12, "unexpected page size".into()));
+        }
+        let dir_len = get(h, 72) as usize;
+        if dir_len > MAX_DIRECTORY {
+            return Err(corrupt(
+                file,
+                at + 72,
+                format!("directory of {dir_len} pages"),
+            ));
+        }
+        Ok(Some(Header {
+            seq: get(h, 16),
+            root: get(h, 24),
+            leaf_capacity: get32(h, 32),
+            internal_capacity: get32(h, 36),
+            len: get(h, 40),
+            extents: get(h, 48),
+            pages: get(h, 56),
+            chunks: get(h, 64),
+            directory: (0..dir_len).map(|i| get(h, DIRECTORY_AT + 8 * i)).collect(),
+        }))
+    }
+}
+
+fn corrupt(file: &dyn VfsFile, offset: u64, reason: String) -> Error {
+    Error::Corruption {
+        file: file.path().to_path_buf(),
+        offset,
+        reason,
+    }
+}
+
+fn encode_node(image: &NodeImage, seq: u64) -> Vec<u8> {
+    let mut p = vec![0u8; PAGE];
+    put(&mut p, 16, seq);
+    match image {
+        NodeImage::Leaf(entries) => {
+            p[4] = LEAF;
+            put32(&mut p, 8, entries.len() as u32);
+            for (i, &(poff, len, addr, tag)) in entries.iter().enumerate() {
+                let at = NODE_HEAD + i * 24;
+                put(&mut p, at, poff);
+                put(&mut p, at + 8, len);
+                put(&mut p, at + 16, addr | (u64::from(tag) << 56));
+            }
+        }
+        NodeImage::Internal { pivots, children } => {
+            p[4] = INTERNAL;
+            put32(&mut p, 8, children.len() as u32);
+            for (i, &v) in pivots.iter().chain(children.iter()).enumerate() {
+                put(&mut p, NODE_HEAD + i * 8, v);
+            }
+        }
+    }
+    let crc = crc32c::crc32c(&p[4..]);
+    put32(&mut p, 0, crc);
+    p
+}
+
+fn decode_node(p: &[u8], file: &dyn VfsFile, at: u64) -> Result<NodeImage> {
+    if crc32c::crc32c(&p[4..]) != get32(p, 0) {
+        return Err(corrupt(file, at, "node page checksum mismatch".into()));
+    }
+    let count = get32(p, 8) as usize;
+    match p[4] {
+        LEAF if count <= MAX_LEAF_CAPACITY => Ok(NodeImage::Leaf(
+            (0..count)
+                .map(|i| {
+                    let at = NODE_HEAD + i * 24;
+                    let at_word = get(p, at + 16);
+                    (
+                        get(p, at),
+                        get(p, at + 8),
+                        at_word & ((1 << 56) - 1),
+                        (at_word >> 56) as u8,
+                    )
+                })
+                .collect(),
+        )),
+        INTERNAL if (1..=MAX_INTERNAL_CAPACITY).contains(&count) => {
+            let words: Vec<u64> = (0..2 * count - 1)
+                .map(|i| get(p, NODE_HEAD + i * 8))
+                .collect();
+            Ok(NodeImage::Internal {
+                pivots: words[..count - 1].to_vec(),
+                children: words[count - 1..].to_vec(),
+            })
+        }
+        kind => Err(corrupt(
+            file,
+            at + 4,
+            format!("bad node kind {kind} or count {count}"),
+        )),
+    }
+}
+
+use super::read_or_corrupt as read_page;
+
+fn encode_words(kind: u8, words: &[u64], seq: u64) -> Vec<u8> {
+    let mut p = vec![0u8; PAGE];
+    p[4] = kind;
+    put32(&mut p, 8, words.len() as u32);
+    put(&mut p, 16, seq);
+    for (i, &w) in words.iter().enumerate() {
+        put(&mut p, NODE_HEAD + 8 * i, w);
+    }
+    let crc = crc32c::crc32c(&p[4..]);
+    put32(&mut p, 0, crc);
+    p
+}
+
+fn decode_words(p: &[u8], kind: u8, file: &dyn VfsFile, at: u64) -> Result<Vec<u64>> {
+    let count = get32(p, 8) as usize;
+    if crc32c::crc32c(&p[4..]) != get32(p, 0) || p[4] != kind || count > PER_DIRECTORY {
+        return Err(corrupt(file, at, format!("bad page of kind {kind}")));
+    }
+    Ok((0..count).map(|i| get(p, NODE_HEAD + 8 * i)).collect())
+}
+
+/// The FlexTree file and the bookkeeping copy-on-write needs.
+pub(crate) struct TreeFile {
+    file: Arc<dyn VfsFile>,
+    /// The page each node id was last written to.
+    page_of: HashMap<NodeId, u64>,
+    /// The page each checksum-table chunk was last written to.
+    chunk_page: Vec<u64>,
+    /// Pages the last durable checkpoint uses: never written over.
+    durable: BTreeSet<u64>,
+    /// One past the highest page ever used.
+    pages: u64,
+    seq: u64,
+    /// Bytes written to the tree file, for write amplification.
+    pub bytes_written: u64,
+}
+
+impl TreeFile {
+    /// Opens the tree file: loads the newest valid checkpoint (the tree and the data
+    /// checksums), or (a new file) makes an empty tree and checkpoints it.
+    pub(crate) fn open(
+        file: Arc<dyn VfsFile>,
+        opts: FlexTreeOptions,
+    ) -> Result<(TreeFile, FlexTree, CrcTable)> {
+        let mut headers = Vec::new();
+        if file.len()? >= 2 * PAGE as u64 {
+            let mut h = vec![0u8; PAGE];
+            for slot in 0..2u64 {
+                file.read_exact_at(&mut h, slot * PAGE as u64)?;
+                if let Some(header) = Header::decode(&h, &*file, slot * PAGE as u64)? {
+                    headers.push(header);
+                }
+            }
+        }
+        let Some(header) = headers.into_iter().max_by_key(|h| h.seq) else {
+            if file.len()? > 0 {
+                return Err(corrupt(
+                    &*file,
+                    0,
+                    "no valid header in the tree file".into(),
+                ));
+            }
+            let mut tf = TreeFile {
+                file,
+                page_of: HashMap::new(),
+                chunk_page: Vec::new(),
+                durable: BTreeSet::new(),
+                pages: 2,
+                seq: 0,
+                bytes_written: 0,
+            };
+            let mut tree = FlexTree::with_options(opts)?;
+            let mut table = CrcTable::default();
+            tf.checkpoint(&mut tree, &mut table)?;
+            return Ok((tf, tree, table));
+        };
+        let opts = FlexTreeOptions {
+            leaf_capacity: header.leaf_capacity as usize,
+            internal_capacity: header.internal_capacity as usize,
+        };
+        let mut page_of = HashMap::new();
+        let mut durable = BTreeSet::new();
+        let mut buf = vec![0u8; PAGE];
+        let claim = |page: u64, durable: &mut BTreeSet<u64>| {
+            if page < 2 || page >= header.pages || !durable.insert(page) {
+                return Err(corrupt(&*file, 0, format!("bad or repeated page {page}")));
+            }
+            Ok(page * PAGE as u64)
+        };
+        let tree = FlexTree::from_images(
+            opts,
+            header.root,
+            |page| {
+                let at = claim(page, &mut durable)?;
+                read_page(&*file, &mut buf, at)?;
+                decode_node(&buf, &*file, at)
+            },
+            |page, id| {
+                page_of.insert(id, page);
+            },
+            |why| corrupt(&*file, 0, format!("the stored tree is malformed: {why}")),
+        )?;
+        if (tree.len(), tree.extent_count()) != (header.len, header.extents) {
+            return Err(corrupt(
+                &*file,
+                0,
+                "the tree disagrees with its header".into(),
+            ));
+        }
+        let mut chunk_page = Vec::new();
+        for &d in &header.directory {
+            let at = claim(d, &mut durable)?;
+            read_page(&*file, &mut buf, at)?;
+            chunk_page.extend(decode_words(&buf, DIRECTORY_KIND, &*file, at)?);
+        }
+        if chunk_page.len() as u64 != header.chunks {
+            return Err(corrupt(
+                &*file,
+                0,
+                "the checksum directory disagrees with its header".into(),
+            ));
+        }
+        let mut table = CrcTable::default();
+        for (c, &page) in chunk_page.iter().enumerate() {
+            let at = claim(page, &mut durable)?;
+            read_page(&*file, &mut buf, at)?;
+            let words = decode_words(&buf, CHUNK_KIND, &*file, at)?;
+            if words.len() > crc::CHUNK {
+                return Err(corrupt(&*file, at, "oversized checksum chunk".into()));
+            }
+            let sums: Vec<BlockSum> = words
+                .iter()
+                .map(|&w| BlockSum {
+                    fill: w as u32,
+                    crc: (w >> 32) as u32,
+                })
+                .collect();
+            table.load_chunk(c, &sums);
+        }
+        let tf = TreeFile {
+            file,
+            page_of,
+            chunk_page,
+            durable,
+            pages: header.pages,
+            seq: header.seq,
+            bytes_written: 0,
+        };
+        Ok((tf, tree, table))
+    }
+
+    /// The sequence number of the last durable checkpoint.
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Writes a new checkpoint of `tree` and the data checksums (Figure 9: pages, sync,
+    /// header, sync) into pages the last durable checkpoint does not use, and marks both
+    /// clean. Returns the new sequence number.
+    pub(crate) fn checkpoint(&mut self, tree: &mut FlexTree, table: &mut CrcTable) -> Result<u64> {
+        let seq = self.seq + 1;
+        tree.take_freed();
+        let durable = std::mem::take(&mut self.durable);
+        let mut free = (2..self.pages).filter(|p| !durable.contains(p));
+        let mut fresh = self.pages;
+        let mut next_page = || {
+            free.next().unwrap_or_else(|| {
+                fresh += 1;
+                fresh - 1
+            })
+        };
+        let mut new_page_of = HashMap::new();
+        let mut rewritten = BTreeSet::new();
+        let mut writes = Vec::new();
+        for id in tree.post_order() {
+            let old = self.page_of.get(&id).copied();
+            let child_moved = tree.children_of(id).iter().any(|c| rewritten.contains(c));
+            let page = match old {
+                Some(p) if !tree.is_dirty(id) && !child_moved => p,
+                _ => {
+                    let page = next_page();
+                    let image = tree.image(id, |c| new_page_of[&c]);
+                    writes.push((page, encode_node(&image, seq)));
+                    rewritten.insert(id);
+                    page
+                }
+            };
+            new_page_of.insert(id, page);
+        }
+        let mut chunk_page = self.chunk_page.clone();
+        chunk_page.resize(table.chunks(), 0);
+        for (c, page) in chunk_page.iter_mut().enumerate() {
+            if *page == 0 || table.is_dirty(c) {
+                *page = next_page();
+                let words: Vec<u64> = table
+                    .chunk(c)
+                    .iter()
+                    .map(|s| u64::from(s.fill) | (u64::from(s.crc) << 32))
+                    .collect();
+                writes.push((*page, encode_words(CHUNK_KIND, &words, seq)));
+            }
+        }
+        let mut directory = Vec::new();
+        for refs in chunk_page.chunks(PER_DIRECTORY) {
+            let page = next_page();
+            writes.push((page, encode_words(DIRECTORY_KIND, refs, seq)));
+            directory.push(page);
+        }
+        if directory.len() > MAX_DIRECTORY {
+            self.durable = durable;
+            return Err(crate::Error::NoSpace(
+                "the data-checksum directory outgrew the tree file header".into(),
+            ));
+        }
+        let result = self.write_checkpoint(
+            seq,
+            &writes,
+            tree,
+            &new_page_of,
+            &chunk_page,
+            directory,
+            fresh,
+        );
+        if result.is_err() {
+            self.durable = durable;
+            return result.map(|_| seq);
+        }
+        self.page_of = new_page_of;
+        self.chunk_page = chunk_page;
+        self.pages = fresh;
+        self.seq = seq;
+        tree.clear_dirty();
+        table.clear_dirty();
+        Ok(seq)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_checkpoint(
+        &mut self,
+        seq: u64,
+        writes: &[(u64, Vec<u8>)],
+        tree: &FlexTree,
+        page_of: &HashMap<NodeId, u64>,
+        chunk_page: &[u64],
+        directory: Vec<u64>,
+        pages: u64,
+    ) -> Result<()> {
+        for (page, bytes) in writes {
+            self.file.write_at(bytes, page * PAGE as u64)?;
+            self.bytes_written += PAGE as u64;
+        }
+        let mut new_durable: BTreeSet<u64> = page_of.values().copied().collect();
+        new_durable.extend(chunk_page.iter().copied());
+        new_durable.extend(directory.iter().copied());
+        let header = Header {
+            seq,
+            root: page_of[&tree.root()],
+            leaf_capacity: tree.options().leaf_capacity as u32,
+            internal_capacity: tree.options().internal_capacity as u32,
+            len: tree.len(),
+            extents: tree.extent_count(),
+            pages,
+            chunks: chunk_page.len() as u64,
+            directory,
+        };
+        self.file.sync()?;
+        self.file
+            .write_at(&header.encode(), (seq % 2) * PAGE as u64)?;
+        self.file.sync()?;
+        self.bytes_written += PAGE as u64;
+        self.durable = new_durable;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{CrashMode, FaultVfs, OpenMode, Vfs};
+    use std::path::{Path, PathBuf};
+
+    fn opts() -> FlexTreeOptions {
+        FlexTreeOptions {
+            leaf_capacity: 4,
+            internal_capacity: 6,
+        }
+    }
+
+    fn path() -> PathBuf {
+        PathBuf::from("/s/tree")
+    }
+
+    fn open(vfs: &FaultVfs) -> (TreeFile, FlexTree) {
+        vfs.create_dir_all(Path::new("/s")).unwrap();
+        let f = vfs.open(&path(), OpenMode::Create).unwrap();
+        vfs.sync_dir(Path::new("/s")).unwrap();
+        let (tf, t, _) = TreeFile::open(f, opts()).unwrap();
+        (tf, t)
+    }
+
+    fn ck(tf: &mut TreeFile, t: &mut FlexTree) -> Result<u64> {
+        tf.checkpoint(t, &mut CrcTable::default())
+    }
+
+    fn fill(t: &mut FlexTree, n: u64) {
+        for i in 0..n {
+            t.insert((i * 13) % (t.len() + 1), 1 + i % 5, i * 10)
+                .unwrap();
+        }
+    }
+
+    fn extents(t: &FlexTree) -> Vec<crate::flextree::Extent> {
+        t.extents().collect()
+    }
+
+    #[test]
+    fn checkpoints_reload_exactly_and_rewrite_only_the_changed_path() {
+        let vfs = FaultVfs::new(1);
+        let (mut tf, mut t) = open(&vfs);
+        fill(&mut t, 400);
+        t.set_tag(50, 9).unwrap();
+        ck(&mut tf, &mut t).unwrap();
+        let (_, back) = open(&vfs);
+        assert_eq!(extents(&back), extents(&t));
+        // One insert dirties one leaf and the pivots of its ancestors: O(height) pages.
+        let before = vfs.op_count();
+        t.insert(t.len(), 1, 1).unwrap();
+        ck(&mut tf, &mut t).unwrap();
+        let writes = vfs.op_count() - before - 3; // minus two syncs and the header
+        assert!(
+            writes as usize <= t.height() + 1,
+            "{writes} pages for one append"
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_never_writes_over_pages_the_durable_one_uses() {
+        let vfs = FaultVfs::new(2);
+        let (mut tf, mut t) = open(&vfs);
+        for round in 0..20u64 {
+            fill(&mut t, 60);
+            t.collapse(t.len() / 3, t.len() / 4).unwrap();
+            let durable = tf.durable.clone();
+            let old = vfs.contents(&path()).unwrap();
+            ck(&mut tf, &mut t).unwrap();
+            let new = vfs.contents(&path()).unwrap();
+            for &p in &durable {
+                let r = p as usize * PAGE..(p as usize + 1) * PAGE;
+                assert_eq!(
+                    old[r.clone()],
+                    new[r],
+                    "round {round}: durable page {p} overwritten"
+                );
+            }
+        }
+        let (_, back) = open(&vfs);
+        assert_eq!(extents(&back), extents(&t));
+    }
+
+    /// Regression (authors' code): an emptied leaf recycled, checkpointed, reopened.
+    #[test]
+    fn an_emptied_and_recycled_leaf_survives_checkpoint_and_reopen() {
+        let vfs = FaultVfs::new(3);
+        let (mut tf, mut t) = open(&vfs);
+        fill(&mut t, 200);
+        ck(&mut tf, &mut t).unwrap();
+        // Empty whole leaves (they merge away and their ids are reused by new splits).
+        t.collapse(0, t.len() / 2).unwrap();
+        fill(&mut t, 100);
+        ck(&mut tf, &mut t).unwrap();
+        let (mut tf2, mut back) = open(&vfs);
+        assert_eq!(extents(&back), extents(&t));
+        back.collapse(0, back.len()).unwrap();
+        ck(&mut tf2, &mut back).unwrap();
+        let (_, empty) = open(&vfs);
+        assert!(empty.is_empty());
+    }
+
+    /// Regression (authors' code): a crash after a checkpoint's node writes, before its
+    /// header, must leave the previous checkpoint.
+    #[test]
+    fn a_crash_between_node_writes_and_header_keeps_the_previous_tree() {
+        // The same deterministic workload, twice: once to count the checkpoint's
+        // operations (k page writes, sync, header, sync), once to fail its first sync.
+        let setup = || {
+            let vfs = FaultVfs::new(4);
+            let (mut tf, mut t) = open(&vfs);
+            fill(&mut t, 150);
+            ck(&mut tf, &mut t).unwrap();
+            let saved = extents(&t);
+            fill(&mut t, 150);
+            (vfs, tf, t, saved)
+        };
+        let (vfs, mut tf, mut t, _) = setup();
+        let before = vfs.op_count();
+        ck(&mut tf, &mut t).unwrap();
+        let page_writes = vfs.op_count() - before - 3;
+        assert!(page_writes > 3);
+        for mode in CrashMode::CONCRETE {
+            let (vfs, mut tf, mut t, saved) = setup();
+            vfs.fail_after(page_writes + 1);
+            assert!(ck(&mut tf, &mut t).is_err());
+            vfs.crash(mode);
+            let (_, back) = open(&vfs);
+            assert_eq!(extents(&back), saved, "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn damage_is_corruption_or_the_previous_checkpoint() {
+        let vfs = FaultVfs::new(5);
+        let (mut tf, mut t) = open(&vfs);
+        fill(&mut t, 100);
+        ck(&mut tf, &mut t).unwrap();
+        let first = extents(&t);
+        fill(&mut t, 100);
+        ck(&mut tf, &mut t).unwrap();
+        let good = vfs.contents(&path()).unwrap();
+        // The newest header damaged: the older checkpoint is used.
+        let mut bytes = good.clone();
+        bytes[(tf.seq() % 2) as usize * PAGE + 20] ^= 0x40;
+        vfs.set_contents(&path(), bytes).unwrap();
+        assert_eq!(extents(&open(&vfs).1), first);
+        // A node page damaged: Corruption, never a wrong tree.
+        let mut bytes = good.clone();
+        bytes[2 * PAGE + 30] ^= 1;
+        vfs.set_contents(&path(), bytes).unwrap();
+        let f = vfs.open(&path(), OpenMode::Existing).unwrap();
+        match TreeFile::open(f, opts()) {
+            Err(Error::Corruption { .. }) => {}
+            Ok((_, t2, _)) => assert!(extents(&t2) == extents(&t) || extents(&t2) == first),
+            Err(other) => panic!("{other}"),
+        }
+        // Truncated to nothing valid: Corruption.
+        vfs.set_contents(&path(), good[..PAGE + 10].to_vec())
+            .unwrap();
+        let f = vfs.open(&path(), OpenMode::Existing).unwrap();
+        assert!(matches!(
+            TreeFile::open(f, opts()),
+            Err(Error::Corruption { .. })
+        ));
+    }
+}

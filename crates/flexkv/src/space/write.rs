@@ -1,0 +1,436 @@
+//! Changing a FlexSpace: writes, inserts, collapses and tags; `sync` and checkpoints
+//! (Figure 9); garbage collection and defragmentation (§4.1).
+//!
+//! Every change to the index is one [`LogOp`], applied by the same function replay uses
+//! and accounted in the segments' live bytes here. Any failed I/O poisons the space:
+//! what reached the disk is then unknown, so further changes are refused until it is
+//! reopened (which recovers from what is durable).
+
+use super::log::LogOp;
+use super::segments::State;
+use super::{apply, FlexSpace};
+use crate::flextree::MAX_LEN;
+use crate::{Error, Result};
+
+/// How many free segments a size-limited space keeps for garbage collection to write
+/// into; ordinary writes never take them.
+const GC_RESERVE: usize = 2;
+
+impl FlexSpace {
+    fn writable(&self) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    /// Runs `f`, poisoning the space if it fails after changing anything (an I/O error,
+    /// or any error once it has recorded part of a change: the index is then ahead of a
+    /// half-done operation, which must never reach the disk).
+    fn guarded<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        self.writable()?;
+        let recorded = self.log.pending();
+        let r = f(self);
+        if let Err(e) = &r {
+            let io = matches!(e, Error::Io { .. } | Error::Corruption { .. });
+            if io || self.log.pending() != recorded {
+                self.poisoned = true;
+            }
+        }
+        self.refresh_stats();
+        r
+    }
+
+    /// Applies `op` to the index, accounts it in the segments and logs it.
+    fn record(&mut self, op: LogOp) -> Result<()> {
+        let mut runs = Vec::new();
+        match op {
+            LogOp::Collapse { off, len } => self.tree.query_into(off, len, &mut runs)?,
+            LogOp::Overwrite { off, len, .. } => {
+                let cut = len.min(self.tree.len().saturating_sub(off));
+                self.tree.query_into(off, cut, &mut runs)?;
+            }
+            _ => {}
+        }
+        apply(&mut self.tree, op, self.opts.max_extent)?;
+        for r in runs {
+            if let Some(a) = r.addr {
+                self.segs.remove_live(a, r.len);
+            }
+        }
+        match op {
+            LogOp::Insert { addr, len, .. } | LogOp::Overwrite { addr, len, .. } => {
+                self.segs.add_live(addr, len)
+            }
+            LogOp::Remap { old, new, len, .. } => {
+                self.segs.remove_live(old, len);
+                self.segs.add_live(new, len);
+            }
+            _ => {}
+        }
+        self.log.push(op);
+        Ok(())
+    }
+
+    /// Refuses, before anything changes, a change that would add `more` live bytes to a
+    /// size-limited space beyond what its garbage collector can always make room for.
+    fn check_limit(&self, more: u64) -> Result<()> {
+        let Some(max) = self.opts.max_data_size else {
+            return Ok(());
+        };
+        let k = self.opts.k();
+        let usable = max / self.opts.segment_size * self.opts.segment_size;
+        let cap = (usable - GC_RESERVE as u64 * self.opts.segment_size) / k * (k - 1);
+        let live = self.segs.totals().0;
+        if live + more > cap {
+            return Err(Error::NoSpace(format!(
+                "{live} live bytes + {more} would pass {cap}, the most a data file limited to {max} bytes can hold"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Before a change that appends `bytes` of data records anything: collects garbage if
+    /// it has grown past half of the used space, and, under a size limit, until the change
+    /// fits. Garbage collection syncs, so it must never run in the middle of a change
+    /// (that would make half of it durable).
+    fn make_room_for(&mut self, bytes: u64) -> Result<()> {
+        let seg = self.opts.segment_size;
+        let (live, used) = self.segs.totals();
+        if used - live > (4 * seg).max(used / 2) {
+            self.gc_pass()?;
+        }
+        let Some(max) = self.opts.max_data_size else {
+            return Ok(());
+        };
+        let allowed = (max / seg) as usize;
+        let needed = bytes.saturating_sub(self.segs.room()).div_ceil(seg) as usize;
+        loop {
+            let available = allowed.saturating_sub(self.segs.count()) + self.segs.free_count();
+            if available >= needed + GC_RESERVE {
+                return Ok(());
+            }
+            if self.gc_pass()? == 0 {
+                return Err(Error::NoSpace(format!(
+                    "{bytes} more bytes do not fit in a data file limited to {max} bytes"
+                )));
+            }
+        }
+    }
+
+    /// Makes sure the open segment has room, opening a free (or new) segment.
+    /// [`FlexSpace::make_room_for`] has made sure one exists.
+    fn ensure_room(&mut self) -> Result<()> {
+        if self.segs.room() > 0 {
+            return Ok(());
+        }
+        self.stats.data_bytes_written += self.segs.close_open(&*self.data)?;
+        // The closed segment's data is read from the file from now on: its checksums go
+        // into the table at once.
+        self.absorb_sums();
+        if let Some(max) = self.opts.max_data_size {
+            let allowed = (max / self.opts.segment_size) as usize;
+            if self.segs.count() >= allowed && self.segs.free_count() == 0 {
+                return Err(Error::NoSpace(format!(
+                    "no free segment left in {max} bytes"
+                )));
+            }
+        }
+        self.segs.open_next();
+        Ok(())
+    }
+
+    /// Appends `data` to the log-structured data file in pieces no larger than an extent
+    /// and never across a segment's end; `each(space, offset in data, addr, piece len)`
+    /// records each piece.
+    fn put_data(
+        &mut self,
+        data: &[u8],
+        mut each: impl FnMut(&mut Self, u64, u64, u64) -> Result<()>,
+    ) -> Result<()> {
+        let mut done = 0usize;
+        while done < data.len() {
+            self.ensure_room()?;
+            let n = (data.len() - done)
+                .min(self.opts.max_extent as usize)
+                .min(self.segs.room() as usize);
+            let addr = self.segs.append(&data[done..done + n]);
+            each(self, done as u64, addr, n as u64)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn check_write(&self, what: &str, off: u64, grows: u64) -> Result<()> {
+        if off > self.len() {
+            return Err(Error::invalid(format!(
+                "{what} at {off} is past the end of the space ({} bytes)",
+                self.len()
+            )));
+        }
+        if grows > MAX_LEN - self.len() {
+            return Err(Error::invalid(format!(
+                "{what} of {grows} bytes would grow the space past {MAX_LEN}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes `data` over `[off, off + data.len())`, extending the space if it runs past
+    /// the end. `off` must be inside the space or at its end.
+    pub fn write(&mut self, off: u64, data: &[u8]) -> Result<()> {
+        let grows = (off + data.len() as u64).saturating_sub(self.len());
+        self.check_write("write", off, grows)?;
+        self.check_limit(data.len() as u64)?;
+        self.guarded(|s| {
+            s.make_room_for(data.len() as u64)?;
+            s.stats.user_bytes += data.len() as u64;
+            s.put_data(data, |s, at, addr, len| {
+                let off = off + at;
+                // At the end, a write is an insert: it may then extend the last extent.
+                let op = if off == s.len() {
+                    LogOp::Insert { off, len, addr }
+                } else {
+                    LogOp::Overwrite { off, len, addr }
+                };
+                s.record(op)
+            })
+        })
+    }
+
+    /// Inserts `data` at `off` (inside the space or at its end), shifting every later
+    /// byte forward by `data.len()`.
+    pub fn insert(&mut self, off: u64, data: &[u8]) -> Result<()> {
+        self.check_write("insert", off, data.len() as u64)?;
+        self.check_limit(data.len() as u64)?;
+        self.guarded(|s| {
+            s.make_room_for(data.len() as u64)?;
+            s.stats.user_bytes += data.len() as u64;
+            s.put_data(data, |s, at, addr, len| {
+                s.record(LogOp::Insert {
+                    off: off + at,
+                    len,
+                    addr,
+                })
+            })
+        })
+    }
+
+    /// Removes `[off, off + len)` without leaving a hole: every later byte moves back.
+    pub fn collapse(&mut self, off: u64, len: u64) -> Result<()> {
+        if off.checked_add(len).is_none_or(|end| end > self.len()) {
+            return Err(Error::invalid(format!(
+                "collapse of [{off}, {off}+{len}) is outside the space of {} bytes",
+                self.len()
+            )));
+        }
+        self.guarded(|s| s.record(LogOp::Collapse { off, len }))
+    }
+
+    /// Sets the size of the space: growing adds an unmapped range (reads as zeros, takes
+    /// no data space) at the end; shrinking removes the tail.
+    pub fn resize(&mut self, len: u64) -> Result<()> {
+        let size = self.len();
+        if len > MAX_LEN {
+            return Err(Error::invalid(format!(
+                "resize to {len} bytes is past the limit {MAX_LEN}"
+            )));
+        }
+        self.guarded(|s| match len.cmp(&size) {
+            std::cmp::Ordering::Greater => s.record(LogOp::InsertHole {
+                off: size,
+                len: len - size,
+            }),
+            std::cmp::Ordering::Less => s.record(LogOp::Collapse {
+                off: len,
+                len: size - len,
+            }),
+            std::cmp::Ordering::Equal => Ok(()),
+        })
+    }
+
+    /// Tags the extent that starts at `off` (splitting one that starts earlier).
+    pub fn set_tag(&mut self, off: u64, tag: u8) -> Result<()> {
+        if off >= self.len() {
+            return Err(Error::invalid(format!(
+                "set_tag at {off} is outside the space of {} bytes",
+                self.len()
+            )));
+        }
+        self.guarded(|s| s.record(LogOp::Tag { off, tag }))
+    }
+
+    /// Makes every change so far durable (Figure 9): the buffered data is written and
+    /// synced, then the log entries that refer to it; segments freed by those entries
+    /// become reusable and their space is returned. If the log has grown past
+    /// `log_capacity`, the tree is checkpointed and the log starts over.
+    pub fn sync(&mut self) -> Result<()> {
+        self.guarded(|s| {
+            s.commit()?;
+            if s.log.size_after_commit() > s.opts.log_capacity {
+                s.checkpoint_now()?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Moves the block checksums the segments have taken into the table, and queues them
+    /// for the log.
+    fn absorb_sums(&mut self) {
+        for (block, sum) in self.segs.take_sums() {
+            self.table.set(block, sum);
+            self.sum_ops.push(LogOp::BlockSum {
+                block,
+                fill: sum.fill,
+                crc: sum.crc,
+            });
+        }
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        self.absorb_sums();
+        // Checksums are logged before the changes that refer to the data they cover.
+        self.log.prepend(std::mem::take(&mut self.sum_ops));
+        self.stats.data_bytes_written += self.segs.flush(&*self.data)?;
+        self.data.sync()?;
+        self.log.commit(&*self.log_file)?;
+        self.segs.log_committed();
+        self.segs.punch_freed(&self.data)
+    }
+
+    fn checkpoint_now(&mut self) -> Result<()> {
+        let seq = self.treefile.checkpoint(&mut self.tree, &mut self.table)?;
+        self.log.reset(&*self.log_file, seq)?;
+        self.stats.checkpoints += 1;
+        Ok(())
+    }
+
+    /// Syncs, checkpoints the tree (so the next open replays nothing) and closes.
+    pub fn close(mut self) -> Result<()> {
+        self.guarded(|s| {
+            s.commit()?;
+            s.checkpoint_now()
+        })
+    }
+
+    /// Writes the tree to its file now, after a sync.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        self.guarded(|s| {
+            s.commit()?;
+            s.checkpoint_now()
+        })
+    }
+
+    /// Moves `[off, off + len)` into new, contiguous extents (FlexSpace's
+    /// `flexspace_defrag`), keeping its tags. For ranges whose data has been scattered
+    /// over many small extents by inserts.
+    pub fn defrag(&mut self, off: u64, len: u64) -> Result<()> {
+        let mut data = vec![0u8; len as usize];
+        self.read(off, &mut data)?;
+        let tags: Vec<(u64, u8)> = self
+            .tree
+            .extents_from(off)
+            .take_while(|e| e.offset < off + len)
+            .filter(|e| e.offset >= off && e.tag != 0)
+            .map(|e| (e.offset, e.tag))
+            .collect();
+        self.guarded(|s| {
+            s.make_room_for(len)?;
+            s.put_data(&data, |s, at, addr, n| {
+                s.record(LogOp::Overwrite {
+                    off: off + at,
+                    len: n,
+                    addr,
+                })
+            })?;
+            tags.iter()
+                .try_for_each(|&(o, tag)| s.record(LogOp::Tag { off: o, tag }))
+        })
+    }
+
+    /// One garbage-collection pass now; returns how many segments it freed.
+    pub fn gc(&mut self) -> Result<u64> {
+        self.guarded(|s| s.gc_pass())
+    }
+
+    /// Greedy GC (§4.1): relocates the live extents of the least-utilized segments, at
+    /// most a few per pass and only those at most (K-1)/K full, so that each freed segment
+    /// pays for the space its relocations take; then syncs, which frees them.
+    fn gc_pass(&mut self) -> Result<u64> {
+        let k = self.opts.k();
+        let limit = self.opts.segment_size / k * (k - 1);
+        let mut victims: Vec<usize> = (0..self.segs.count())
+            .filter(|&g| self.segs.state[g] == State::Used && self.segs.live[g] <= limit)
+            .collect();
+        victims.sort_by_key(|&g| self.segs.live[g]);
+        // Only as many victims as their live bytes fit where they are going: the open
+        // segment's room, free segments, and (under a limit) segments not yet allocated.
+        let seg = self.opts.segment_size;
+        let unallocated = match self.opts.max_data_size {
+            Some(max) => (max / seg).saturating_sub(self.segs.count() as u64),
+            None => u64::MAX / seg / 2,
+        };
+        let mut room =
+            self.segs.room() + (self.segs.free_count() as u64 + unallocated).saturating_mul(seg);
+        victims.retain(|&g| {
+            let fits = self.segs.live[g] <= room;
+            room = room.saturating_sub(self.segs.live[g]);
+            fits
+        });
+        victims.truncate(4);
+        if victims.is_empty() {
+            return Ok(0);
+        }
+        self.relocate(&victims)?;
+        self.commit()?;
+        let freed = victims
+            .iter()
+            .filter(|&&g| self.segs.state[g] == State::Free)
+            .count() as u64;
+        self.stats.gc_passes += 1;
+        self.stats.gc_segments_freed += freed;
+        Ok(freed)
+    }
+
+    fn relocate(&mut self, victims: &[usize]) -> Result<()> {
+        let size = self.opts.segment_size;
+        let in_victim = |a: u64| victims.contains(&((a / size) as usize));
+        // Pieces (offset, length, address) of every extent stored in a victim, cut at
+        // segment ends.
+        let mut moves = Vec::new();
+        for e in self.tree.extents() {
+            let Some(mut addr) = e.addr else { continue };
+            let (mut off, mut left) = (e.offset, e.len);
+            while left > 0 {
+                let n = left.min((addr / size + 1) * size - addr);
+                if in_victim(addr) {
+                    moves.push((off, n, addr));
+                }
+                (off, addr, left) = (off + n, addr + n, left - n);
+            }
+        }
+        for (off, len, old) in moves {
+            let mut data = vec![0u8; len as usize];
+            self.read_data(old, &mut data)?;
+            self.put_data(&data, |s, at, new, n| {
+                s.stats.gc_bytes_relocated += n;
+                s.record(LogOp::Remap {
+                    off: off + at,
+                    len: n,
+                    old: old + at,
+                    new,
+                })
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FlexSpace {
+    fn drop(&mut self) {
+        // Best effort: what a caller needed durable, it synced.
+        if !self.poisoned {
+            let _ = self.commit();
+        }
+    }
+}

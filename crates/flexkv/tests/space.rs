@@ -1,0 +1,529 @@
+//! FlexSpace against a plain `Vec<u8>`, and crashed at many points.
+
+#![allow(clippy::unwrap_used)] // test helpers panic on failure by design
+
+use std::path::Path;
+use std::sync::Arc;
+
+use flexkv::flextree::FlexTreeOptions;
+use flexkv::io::{CrashMode, FaultVfs, Vfs};
+use flexkv::space::{FlexSpace, SpaceOptions};
+use flexkv::Error;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+const DIR: &str = "/space";
+
+/// Small segments, extents and log, and small nodes: every test crosses segments,
+/// checkpoints often and grows deep trees.
+fn opts() -> SpaceOptions {
+    SpaceOptions {
+        segment_size: 64 << 10,
+        max_extent: 4 << 10,
+        log_capacity: 24 << 10,
+        max_data_size: None,
+        tree: FlexTreeOptions {
+            leaf_capacity: 4,
+            internal_capacity: 6,
+        },
+    }
+}
+
+fn open(vfs: &FaultVfs, o: SpaceOptions) -> FlexSpace {
+    FlexSpace::open(vfs.shared(), DIR, o).unwrap()
+}
+
+fn content(s: &FlexSpace) -> Vec<u8> {
+    let mut buf = vec![0u8; s.len() as usize];
+    s.read(0, &mut buf).unwrap();
+    buf
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Insert { at: u64, len: usize, seed: u8 },
+    Write { at: u64, len: usize, seed: u8 },
+    Collapse { at: u64, len: u64 },
+    Read { at: u64, len: u64 },
+    Tag { at: u64, tag: u8 },
+    Defrag { at: u64, len: u64 },
+    Gc,
+    Sync,
+    Reopen,
+}
+
+fn bytes(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn random_op(rng: &mut SmallRng, size: u64) -> Op {
+    let at = rng.random_range(0..=size);
+    let small = |rng: &mut SmallRng| {
+        if rng.random_bool(0.8) {
+            rng.random_range(1..600)
+        } else {
+            rng.random_range(600..20_000)
+        }
+    };
+    match rng.random_range(0..100) {
+        // Keep the space around 100-300 KiB: grow more when small, shrink when large.
+        0..=29 => Op::Insert {
+            at,
+            len: small(rng),
+            seed: rng.random(),
+        },
+        30..=44 => Op::Write {
+            at,
+            len: small(rng),
+            seed: rng.random(),
+        },
+        45..=59 => Op::Collapse {
+            at,
+            len: if size > 200_000 {
+                rng.random_range(0..30_000)
+            } else {
+                rng.random_range(0..3_000)
+            },
+        },
+        60..=74 => Op::Read {
+            at,
+            len: rng.random_range(0..5_000),
+        },
+        75..=79 => Op::Tag {
+            at,
+            tag: rng.random_range(1..=255),
+        },
+        80..=82 => Op::Defrag {
+            at,
+            len: rng.random_range(0..20_000),
+        },
+        83..=85 => Op::Gc,
+        86..=95 => Op::Sync,
+        _ => Op::Reopen,
+    }
+}
+
+/// Applies `op` to the space and the model; `Err` if the space failed (the model then
+/// holds the state the op would have made).
+fn apply(vfs: &FaultVfs, s: &mut Option<FlexSpace>, m: &mut Vec<u8>, op: Op) -> Result<(), Error> {
+    let size = m.len() as u64;
+    let sp = s.as_mut().unwrap();
+    match op {
+        Op::Insert { at, len, seed } => {
+            let at = at.min(size);
+            let data = bytes(len, seed);
+            m.splice(at as usize..at as usize, data.iter().copied());
+            sp.insert(at, &data)
+        }
+        Op::Write { at, len, seed } => {
+            let at = at.min(size);
+            let data = bytes(len, seed);
+            let end = (at as usize + len).min(m.len());
+            m.splice(at as usize..end, data.iter().copied());
+            sp.write(at, &data)
+        }
+        Op::Collapse { at, len } => {
+            let at = at.min(size);
+            let len = len.min(size - at);
+            m.drain(at as usize..(at + len) as usize);
+            sp.collapse(at, len)
+        }
+        Op::Read { at, len } => {
+            let at = at.min(size);
+            let len = len.min(size - at);
+            let mut buf = vec![0u8; len as usize];
+            sp.read(at, &mut buf)?;
+            assert_eq!(
+                buf,
+                m[at as usize..(at + len) as usize],
+                "read at {at}+{len}"
+            );
+            Ok(())
+        }
+        Op::Tag { at, tag } if at < size => {
+            sp.set_tag(at, tag)?;
+            assert_eq!(sp.tag(at), Some(tag));
+            Ok(())
+        }
+        Op::Tag { .. } => Ok(()),
+        Op::Defrag { at, len } => {
+            let at = at.min(size);
+            sp.defrag(at, len.min(size - at))
+        }
+        Op::Gc => sp.gc().map(|_| ()),
+        Op::Sync => sp.sync(),
+        Op::Reopen => {
+            // A clean reopen: dropping syncs, so nothing is lost.
+            *s = None;
+            *s = Some(FlexSpace::open(vfs.shared(), DIR, opts())?);
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn random_operations_match_a_plain_vec() {
+    let mut total = 0;
+    for seed in 0..4u64 {
+        let vfs = FaultVfs::new(seed);
+        let mut s = Some(open(&vfs, opts()));
+        let mut m = Vec::new();
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let (mut checkpoints, mut gc_passes) = (0, 0);
+        for i in 0..3_000 {
+            let op = random_op(&mut rng, m.len() as u64);
+            if matches!(op, Op::Reopen) {
+                let stats = s.as_ref().unwrap().stats();
+                checkpoints += stats.checkpoints;
+                gc_passes += stats.gc_passes;
+            }
+            apply(&vfs, &mut s, &mut m, op).unwrap_or_else(|e| panic!("op {i} {op:?}: {e}"));
+            let sp = s.as_ref().unwrap();
+            assert_eq!(sp.len(), m.len() as u64, "after {op:?}");
+            if i % 100 == 0 {
+                sp.check().unwrap();
+                assert_eq!(content(sp), m, "op {i}");
+            }
+        }
+        let sp = s.take().unwrap();
+        checkpoints += sp.stats().checkpoints;
+        gc_passes += sp.stats().gc_passes;
+        assert!(
+            checkpoints > 0 && gc_passes > 0,
+            "{checkpoints} checkpoints, {gc_passes} GC passes"
+        );
+        sp.close().unwrap();
+        let back = open(&vfs, opts());
+        assert_eq!(content(&back), m);
+        total += 3_000;
+    }
+    assert!(total >= 10_000);
+}
+
+/// One crash run: the workload of `workload_seed` until the file system fails (from its
+/// `fail_at`-th operation on) or until `stop_after` operations, then a crash. Every state
+/// recovery may show is one the model passed through since the last acknowledged sync.
+fn crash_run(workload_seed: u64, crash_seed: u64, fail_at: Option<u64>, stop_after: usize) {
+    let vfs = FaultVfs::new(crash_seed);
+    let mut s = Some(open(&vfs, opts()));
+    let mut m = Vec::new();
+    let mut candidates = vec![m.clone()];
+    let mut rng = SmallRng::seed_from_u64(workload_seed);
+    if let Some(n) = fail_at {
+        vfs.fail_from(n);
+    }
+    for _ in 0..stop_after {
+        let op = match random_op(&mut rng, m.len() as u64) {
+            Op::Reopen => Op::Sync, // a reopen needs a working disk
+            op => op,
+        };
+        let r = apply(&vfs, &mut s, &mut m, op);
+        if r.is_ok() && matches!(op, Op::Sync) {
+            candidates = vec![m.clone()];
+        } else if !matches!(op, Op::Read { .. }) {
+            candidates.push(m.clone());
+        }
+        if r.is_err() {
+            break;
+        }
+    }
+    drop(s);
+    let mode = vfs.crash(CrashMode::Random);
+    let back = FlexSpace::open(vfs.shared(), DIR, opts())
+        .unwrap_or_else(|e| panic!("reopen after {mode:?} (fail at {fail_at:?}): {e}"));
+    back.check().unwrap();
+    let got = content(&back);
+    assert!(
+        candidates.contains(&got),
+        "workload {workload_seed}, crash seed {crash_seed}, {mode:?}, fail at {fail_at:?}: \
+         recovered {} bytes, not a state since the last sync ({} candidates)",
+        got.len(),
+        candidates.len()
+    );
+}
+
+/// At least 1,000 crash points per run, over every crash mode: half fail the disk from
+/// some operation on (mid-write, mid-sync, mid-checkpoint), half crash between operations.
+#[test]
+fn crashes_recover_a_state_between_the_last_sync_and_the_last_operation() {
+    const WORKLOAD_OPS: usize = 250;
+    let mut points = 0;
+    for workload in 0..4u64 {
+        // Count the workload's file-system operations once.
+        let vfs = FaultVfs::new(0);
+        let mut s = Some(open(&vfs, opts()));
+        let mut m = Vec::new();
+        let mut rng = SmallRng::seed_from_u64(workload);
+        let start = vfs.op_count();
+        for _ in 0..WORKLOAD_OPS {
+            let op = match random_op(&mut rng, m.len() as u64) {
+                Op::Reopen => Op::Sync,
+                op => op,
+            };
+            apply(&vfs, &mut s, &mut m, op).unwrap();
+        }
+        let total = vfs.op_count() - start;
+        for i in 0..125u64 {
+            let fail_at = 1 + i * total / 125;
+            crash_run(workload, workload * 1000 + i, Some(fail_at), WORKLOAD_OPS);
+            crash_run(
+                workload,
+                workload * 1000 + 500 + i,
+                None,
+                1 + (i as usize * WORKLOAD_OPS) / 125,
+            );
+            points += 2;
+        }
+    }
+    assert!(points >= 1_000);
+}
+
+/// Regression (authors' code): GC relocations replayed at recovery, then a checkpoint,
+/// then another reopen: the relocations must survive.
+#[test]
+fn gc_relocations_replayed_then_checkpointed_survive_another_reopen() {
+    let vfs = FaultVfs::new(7);
+    let mut s = open(&vfs, opts());
+    let mut m = Vec::new();
+    for i in 0..60u8 {
+        let data = bytes(3_000, i);
+        s.insert(m.len() as u64 / 2, &data).unwrap();
+        let at = m.len() / 2;
+        m.splice(at..at, data);
+    }
+    s.checkpoint().unwrap();
+    s.collapse(10_000, 90_000).unwrap();
+    m.drain(10_000..100_000);
+    s.sync().unwrap();
+    assert!(s.gc().unwrap() > 0, "garbage to collect");
+    drop(s); // syncs: the relocations are in the log only
+    vfs.crash(CrashMode::DropUnsynced);
+    let mut s = open(&vfs, opts()); // replays them
+    assert_eq!(content(&s), m);
+    s.checkpoint().unwrap();
+    drop(s);
+    vfs.crash(CrashMode::DropUnsynced);
+    assert_eq!(content(&open(&vfs, opts())), m);
+}
+
+/// Regression (authors' code): segments freed by a collapse must not be reused before
+/// the records that freed them are durable, or a crash brings back a tree that maps
+/// overwritten data.
+#[test]
+fn freed_segments_are_not_reused_before_the_freeing_records_are_durable() {
+    for mode in CrashMode::CONCRETE {
+        let vfs = FaultVfs::new(8);
+        let mut s = open(&vfs, opts());
+        let old = bytes(200_000, 1);
+        s.insert(0, &old).unwrap();
+        s.sync().unwrap();
+        // Free most segments, then write enough to need several new ones, and no sync:
+        // the collapse's record is not durable, so its segments must not be reused. A
+        // crash that keeps unsynced file writes would otherwise bring back a tree that
+        // maps overwritten data.
+        s.collapse(0, 190_000).unwrap();
+        s.insert(0, &bytes(300_000, 2)).unwrap();
+        vfs.crash(mode);
+        drop(s);
+        assert_eq!(content(&open(&vfs, opts())), old, "{mode:?}");
+    }
+}
+
+#[test]
+fn a_size_limit_gives_no_space_and_changes_nothing() {
+    let vfs = FaultVfs::new(9);
+    let mut o = opts();
+    o.max_data_size = Some(8 * o.segment_size);
+    let mut s = open(&vfs, o);
+    let mut written = 0u64;
+    let err = loop {
+        match s.insert(s.len(), &bytes(10_000, 3)) {
+            Ok(()) => written += 10_000,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::NoSpace(_)), "{err}");
+    assert_eq!(s.len(), written, "the refused insert changed nothing");
+    // Removing data and collecting garbage makes room again, within the limit.
+    s.collapse(0, written / 2).unwrap();
+    s.sync().unwrap();
+    s.insert(0, &bytes(10_000, 4)).unwrap();
+    s.sync().unwrap();
+    assert!(s.stats().segments <= 8);
+}
+
+#[test]
+fn bad_arguments_are_refused_before_anything_changes() {
+    let vfs = FaultVfs::new(10);
+    let mut s = open(&vfs, opts());
+    s.insert(0, b"hello").unwrap();
+    assert!(matches!(s.insert(6, b"x"), Err(Error::InvalidArgument(_))));
+    assert!(matches!(s.write(6, b"x"), Err(Error::InvalidArgument(_))));
+    assert!(matches!(s.collapse(3, 3), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        s.collapse(u64::MAX, 2),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(s.set_tag(5, 1), Err(Error::InvalidArgument(_))));
+    let mut buf = [0u8; 6];
+    assert!(matches!(
+        s.read(0, &mut buf),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(s.read_extent(5, 10).is_err());
+    assert_eq!(content(&s), b"hello");
+    let bad = SpaceOptions {
+        segment_size: 1000,
+        ..opts()
+    };
+    assert!(matches!(
+        FlexSpace::open(vfs.shared(), "/other", bad),
+        Err(Error::InvalidArgument(_))
+    ));
+    // A second open of the same directory is refused while the first is open.
+    assert!(matches!(
+        FlexSpace::open(vfs.shared(), DIR, opts()),
+        Err(Error::Locked(_))
+    ));
+}
+
+#[test]
+fn resize_grows_with_a_hole_that_writes_fill_and_shrinks_the_tail() {
+    let vfs = FaultVfs::new(13);
+    let mut s = open(&vfs, opts());
+    s.resize(100_000).unwrap();
+    assert_eq!(s.stats().live_bytes, 0, "a hole takes no data space");
+    s.write(50_000, b"middle").unwrap();
+    s.sync().unwrap();
+    drop(s);
+    vfs.crash(CrashMode::DropUnsynced);
+    let mut s = open(&vfs, opts());
+    let mut expected = vec![0u8; 100_000];
+    expected[50_000..50_006].copy_from_slice(b"middle");
+    assert_eq!(content(&s), expected);
+    s.resize(50_003).unwrap();
+    assert_eq!(content(&s), expected[..50_003]);
+    assert!(matches!(s.resize(u64::MAX), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn read_extent_returns_the_extent_start_and_tags_persist() {
+    let vfs = FaultVfs::new(11);
+    let mut s = open(&vfs, opts());
+    s.insert(0, &bytes(1_000, 5)).unwrap();
+    s.insert(500, b"RECORD").unwrap();
+    s.set_tag(500, 42).unwrap();
+    let (start, len, head) = s.read_extent(503, 4).unwrap();
+    assert_eq!((start, len, head.as_slice()), (500, 6, &b"RECO"[..]));
+    s.close().unwrap();
+    let s = open(&vfs, opts());
+    assert_eq!(s.tag(500), Some(42));
+    assert_eq!(s.read_extent(505, 100).unwrap().2, b"RECORD");
+}
+
+#[test]
+fn real_file_system_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let vfs: Arc<dyn Vfs> = Arc::new(flexkv::io::RealVfs);
+    let mut s = FlexSpace::open(vfs.clone(), dir.path(), opts()).unwrap();
+    let mut m = Vec::new();
+    for i in 0..200u8 {
+        let data = bytes(1_500, i);
+        let at = (m.len() / 3) as u64;
+        s.insert(at, &data).unwrap();
+        m.splice(at as usize..at as usize, data);
+    }
+    s.close().unwrap();
+    let s = FlexSpace::open(vfs, dir.path(), opts()).unwrap();
+    assert_eq!(content(&s), m);
+    assert!(Path::new(dir.path()).join("flexspace.data").exists());
+}
+
+/// Flip or truncate bytes of each file: open (and reading everything) gives Corruption
+/// or a state the space was synced in, never a panic and never wrong bytes.
+#[test]
+fn damaged_files_give_corruption_or_an_earlier_synced_state() {
+    let vfs = FaultVfs::new(12);
+    let mut s = open(&vfs, opts());
+    let mut m = Vec::new();
+    let mut synced = vec![m.clone()];
+    let mut rng = SmallRng::seed_from_u64(12);
+    for i in 0..400 {
+        let op = match random_op(&mut rng, m.len() as u64) {
+            Op::Reopen | Op::Read { .. } => Op::Sync,
+            op => op,
+        };
+        let mut holder = Some(s);
+        apply(&vfs, &mut holder, &mut m, op).unwrap();
+        s = holder.unwrap();
+        if matches!(op, Op::Sync) || i % 50 == 0 {
+            s.sync().unwrap();
+            synced.push(m.clone());
+        }
+    }
+    s.sync().unwrap();
+    synced.push(m.clone());
+    drop(s);
+    let dir = Path::new(DIR);
+    let mut outcomes = [0usize; 2];
+    for name in ["flexspace.data", "flexspace.tree", "flexspace.log"] {
+        let path = dir.join(name);
+        let good = vfs.contents(&path).unwrap();
+        for trial in 0..60u64 {
+            let mut bad = good.clone();
+            let at = rng.random_range(0..bad.len());
+            if trial % 4 == 3 {
+                bad.truncate(at);
+            } else {
+                bad[at] ^= 1 << rng.random_range(0..8);
+            }
+            vfs.set_contents(&path, bad).unwrap();
+            let result = FlexSpace::open(vfs.shared(), DIR, opts()).and_then(|s| {
+                let mut buf = vec![0u8; s.len() as usize];
+                s.read(0, &mut buf).map(|()| buf)
+            });
+            match result {
+                Ok(got) => {
+                    assert!(synced.contains(&got), "{name} damaged at {at}: wrong bytes");
+                    outcomes[0] += 1;
+                }
+                Err(Error::Corruption { .. }) => outcomes[1] += 1,
+                Err(e) => panic!("{name} damaged at {at}: {e}"),
+            }
+            vfs.set_contents(&path, good.clone()).unwrap();
+        }
+    }
+    assert!(outcomes[0] > 0 && outcomes[1] > 0, "{outcomes:?}");
+}
+
+#[test]
+fn many_threads_read_at_once() {
+    fn shareable<T: Send + Sync>(_: &T) {}
+    let vfs = FaultVfs::new(14);
+    let mut s = open(&vfs, opts());
+    let mut m = Vec::new();
+    for i in 0..100u8 {
+        let data = bytes(2_000, i);
+        let at = (m.len() / 2) as u64;
+        s.insert(at, &data).unwrap();
+        m.splice(at as usize..at as usize, data);
+    }
+    s.sync().unwrap(); // some data is read from the file, some from the open segment
+    shareable(&s);
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            let (s, m) = (&s, &m);
+            scope.spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(t);
+                for _ in 0..500 {
+                    let at = rng.random_range(0..m.len() - 100);
+                    let mut buf = vec![0u8; rng.random_range(1..100)];
+                    s.read(at as u64, &mut buf).unwrap();
+                    assert_eq!(buf, m[at..at + buf.len()]);
+                }
+            });
+        }
+    });
+}
