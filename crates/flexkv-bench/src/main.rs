@@ -2,6 +2,7 @@
 //! and prints its figures with ratios against a baseline measured in the same run.
 
 mod baseline;
+mod paper_flexspace;
 mod paper_flextree;
 
 use clap::{Parser, Subcommand};
@@ -18,10 +19,14 @@ enum Command {
     /// Table 1 of the FlexSpace paper: FlexTree against a B+-tree without shift values and
     /// a sorted array (insert, append, lookup, range query).
     PaperFlextree(paper_flextree::Args),
+    /// Table 2 of the FlexSpace paper: random inserts, random writes and sequential writes
+    /// into FlexSpace against a plain file (pwrite, fallocate insert-range, rewriting).
+    PaperFlexspace(paper_flexspace::Args),
 }
 
 fn main() {
     match Cli::parse().command {
         Command::PaperFlextree(args) => paper_flextree::run(&args),
+        Command::PaperFlexspace(args) => paper_flexspace::run(&args),
     }
 }
