@@ -54,6 +54,15 @@ impl Error {
         }
     }
 
+    /// Builds an [`Error::Corruption`]: `reason` for the bytes at `offset` of `file`.
+    pub fn corruption(file: impl Into<PathBuf>, offset: u64, reason: impl Into<String>) -> Self {
+        Error::Corruption {
+            file: file.into(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+
     /// Builds an [`Error::InvalidArgument`] from anything printable.
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())

@@ -12,6 +12,7 @@
 mod error;
 pub mod flextree;
 pub mod io;
+mod le;
 pub mod space;
 
 pub use error::{Error, Result};

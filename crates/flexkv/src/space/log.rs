@@ -14,9 +14,8 @@
 //! so a crash can only tear the blocks being written. Reading stops at the first block
 //! whose checksum or number is wrong: a torn tail reads as the end of the log.
 
-use std::path::Path;
-
 use crate::io::VfsFile;
+use crate::le::{get_u32 as get32, get_u64 as get, put_u64 as put};
 use crate::{Error, Result};
 
 pub(crate) const BLOCK: usize = 4096;
@@ -49,18 +48,6 @@ pub(crate) enum LogOp {
     BlockSum { block: u64, fill: u32, crc: u32 },
     /// `FlexTree::insert_hole`.
     InsertHole { off: u64, len: u64 },
-}
-
-fn put(buf: &mut [u8], at: usize, v: u64) {
-    buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-fn get(buf: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"))
-}
-
-fn get32(buf: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"))
 }
 
 impl LogOp {
@@ -160,7 +147,7 @@ pub(crate) fn read(file: &dyn VfsFile) -> Result<LogContents> {
     }
     let version = get32(&h, 8);
     if version > VERSION {
-        return Err(corruption(
+        return Err(Error::corruption(
             file.path(),
             8,
             format!("log format version {version} is newer than {VERSION}"),
@@ -182,10 +169,10 @@ pub(crate) fn read(file: &dyn VfsFile) -> Result<LogContents> {
         for i in 0..count {
             let at = BLOCK_HEAD + i * ENTRY_SIZE;
             let op = LogOp::decode(&block[at..at + ENTRY_SIZE]).ok_or_else(|| {
-                corruption(
+                Error::corruption(
                     file.path(),
                     n * BLOCK as u64 + at as u64,
-                    "unknown log operation".into(),
+                    "unknown log operation",
                 )
             })?;
             ops.push(op);
@@ -197,14 +184,6 @@ pub(crate) fn read(file: &dyn VfsFile) -> Result<LogContents> {
         ops,
         next_block: n,
     })
-}
-
-fn corruption(path: &Path, offset: u64, reason: String) -> Error {
-    Error::Corruption {
-        file: path.to_path_buf(),
-        offset,
-        reason,
-    }
 }
 
 /// Appends entries in whole blocks.
@@ -290,7 +269,7 @@ impl LogWriter {
 mod tests {
     use super::*;
     use crate::io::{CrashMode, FaultVfs, OpenMode, Vfs};
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
     use std::sync::Arc;
 
     fn ops(n: u64) -> Vec<LogOp> {

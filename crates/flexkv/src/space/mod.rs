@@ -174,23 +174,15 @@ impl std::fmt::Debug for FlexSpace {
     }
 }
 
-fn corruption(file: &dyn VfsFile, offset: u64, reason: String) -> Error {
-    Error::Corruption {
-        file: file.path().to_path_buf(),
-        offset,
-        reason,
-    }
-}
-
 /// Reads exactly `buf.len()` bytes at `at`; a file that ends first is corrupt (something
 /// durable says those bytes are there).
 pub(crate) fn read_or_corrupt(file: &dyn VfsFile, buf: &mut [u8], at: u64) -> Result<()> {
     match file.read_exact_at(buf, at) {
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
-            Err(corruption(
-                file,
+            Err(Error::corruption(
+                file.path(),
                 at,
-                "the file ends before bytes that are recorded as written".into(),
+                "the file ends before bytes that are recorded as written",
             ))
         }
         r => r,
@@ -230,8 +222,8 @@ impl FlexSpace {
         if contents.epoch.is_some_and(|e| e > treefile.seq()) {
             // A checkpoint's header is durable before the log restarts on top of it, so a
             // newer log means the newest header was lost: refuse rather than drop the log.
-            return Err(corruption(
-                &*log_file,
+            return Err(Error::corruption(
+                log_file.path(),
                 16,
                 format!(
                     "the log follows checkpoint {:?}, but the newest valid one is {}",
@@ -246,8 +238,8 @@ impl FlexSpace {
                     table.set(block, BlockSum { fill, crc });
                 }
                 apply(&mut tree, op, opts.max_extent).map_err(|e| {
-                    corruption(
-                        &*log_file,
+                    Error::corruption(
+                        log_file.path(),
                         0,
                         format!("log entry {i} ({op:?}) does not apply: {e}"),
                     )
@@ -261,8 +253,8 @@ impl FlexSpace {
         for e in tree.extents() {
             let Some(addr) = e.addr else { continue };
             if addr + e.len > data_len {
-                return Err(corruption(
-                    &*data,
+                return Err(Error::corruption(
+                    data.path(),
                     addr,
                     format!("extent {e:?} maps bytes past the data file's end {data_len}"),
                 ));
@@ -329,8 +321,8 @@ impl FlexSpace {
             let upto = end.min(start + crc::BLOCK);
             let sum = self.table.get(block);
             if u64::from(sum.fill) < upto - start {
-                return Err(corruption(
-                    &*self.data,
+                return Err(Error::corruption(
+                    self.data.path(),
                     start,
                     format!(
                         "block {block} has {} checksummed bytes, {} are mapped",
@@ -342,8 +334,8 @@ impl FlexSpace {
             let bytes = &mut block_buf[..sum.fill as usize];
             read_or_corrupt(&*self.data, bytes, start)?;
             if crc32c::crc32c(bytes) != sum.crc {
-                return Err(corruption(
-                    &*self.data,
+                return Err(Error::corruption(
+                    self.data.path(),
                     start,
                     format!("data block {block} checksum mismatch"),
                 ));

@@ -17,6 +17,7 @@ use super::crc::{self, BlockSum, CrcTable};
 use crate::flextree::image::NodeImage;
 use crate::flextree::{FlexTree, FlexTreeOptions, NodeId};
 use crate::io::VfsFile;
+use crate::le::{get_u32 as get32, get_u64 as get, put_u32 as put32, put_u64 as put};
 use crate::{Error, Result};
 
 pub(crate) const PAGE: usize = 4096;
@@ -54,19 +55,6 @@ const PER_DIRECTORY: usize = (PAGE - NODE_HEAD) / 8;
 const CHUNK_KIND: u8 = 3;
 const DIRECTORY_KIND: u8 = 4;
 
-fn put(buf: &mut [u8], at: usize, v: u64) {
-    buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-fn put32(buf: &mut [u8], at: usize, v: u32) {
-    buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-fn get(buf: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"))
-}
-fn get32(buf: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"))
-}
-
 impl Header {
     fn encode(&self) -> Vec<u8> {
         let mut h = vec![0u8; PAGE];
@@ -97,19 +85,23 @@ impl Header {
         }
         let version = get32(h, 8);
         if version > VERSION {
-            return Err(corrupt(
-                file,
+            return Err(Error::corruption(
+                file.path(),
                 at + 8,
                 format!("tree file version {version} is newer than {VERSION}"),
             ));
         }
         if get32(h, 12) as usize != PAGE {
-            return Err(corrupt(file, at + 12, "unexpected page size".into()));
+            return Err(Error::corruption(
+                file.path(),
+                at + 12,
+                "unexpected page size",
+            ));
         }
         let dir_len = get(h, 72) as usize;
         if dir_len > MAX_DIRECTORY {
-            return Err(corrupt(
-                file,
+            return Err(Error::corruption(
+                file.path(),
                 at + 72,
                 format!("directory of {dir_len} pages"),
             ));
@@ -125,14 +117,6 @@ impl Header {
             chunks: get(h, 64),
             directory: (0..dir_len).map(|i| get(h, DIRECTORY_AT + 8 * i)).collect(),
         }))
-    }
-}
-
-fn corrupt(file: &dyn VfsFile, offset: u64, reason: String) -> Error {
-    Error::Corruption {
-        file: file.path().to_path_buf(),
-        offset,
-        reason,
     }
 }
 
@@ -165,7 +149,11 @@ fn encode_node(image: &NodeImage, seq: u64) -> Vec<u8> {
 
 fn decode_node(p: &[u8], file: &dyn VfsFile, at: u64) -> Result<NodeImage> {
     if crc32c::crc32c(&p[4..]) != get32(p, 0) {
-        return Err(corrupt(file, at, "node page checksum mismatch".into()));
+        return Err(Error::corruption(
+            file.path(),
+            at,
+            "node page checksum mismatch",
+        ));
     }
     let count = get32(p, 8) as usize;
     match p[4] {
@@ -192,8 +180,8 @@ fn decode_node(p: &[u8], file: &dyn VfsFile, at: u64) -> Result<NodeImage> {
                 children: words[count - 1..].to_vec(),
             })
         }
-        kind => Err(corrupt(
-            file,
+        kind => Err(Error::corruption(
+            file.path(),
             at + 4,
             format!("bad node kind {kind} or count {count}"),
         )),
@@ -218,7 +206,11 @@ fn encode_words(kind: u8, words: &[u64], seq: u64) -> Vec<u8> {
 fn decode_words(p: &[u8], kind: u8, file: &dyn VfsFile, at: u64) -> Result<Vec<u64>> {
     let count = get32(p, 8) as usize;
     if crc32c::crc32c(&p[4..]) != get32(p, 0) || p[4] != kind || count > PER_DIRECTORY {
-        return Err(corrupt(file, at, format!("bad page of kind {kind}")));
+        return Err(Error::corruption(
+            file.path(),
+            at,
+            format!("bad page of kind {kind}"),
+        ));
     }
     Ok((0..count).map(|i| get(p, NODE_HEAD + 8 * i)).collect())
 }
@@ -258,10 +250,10 @@ impl TreeFile {
         }
         let Some(header) = headers.into_iter().max_by_key(|h| h.seq) else {
             if file.len()? > 0 {
-                return Err(corrupt(
-                    &*file,
+                return Err(Error::corruption(
+                    file.path(),
                     0,
-                    "no valid header in the tree file".into(),
+                    "no valid header in the tree file",
                 ));
             }
             let mut tf = TreeFile {
@@ -287,7 +279,11 @@ impl TreeFile {
         let mut buf = vec![0u8; PAGE];
         let claim = |page: u64, durable: &mut BTreeSet<u64>| {
             if page < 2 || page >= header.pages || !durable.insert(page) {
-                return Err(corrupt(&*file, 0, format!("bad or repeated page {page}")));
+                return Err(Error::corruption(
+                    file.path(),
+                    0,
+                    format!("bad or repeated page {page}"),
+                ));
             }
             Ok(page * PAGE as u64)
         };
@@ -302,13 +298,19 @@ impl TreeFile {
             |page, id| {
                 page_of.insert(id, page);
             },
-            |why| corrupt(&*file, 0, format!("the stored tree is malformed: {why}")),
+            |why| {
+                Error::corruption(
+                    file.path(),
+                    0,
+                    format!("the stored tree is malformed: {why}"),
+                )
+            },
         )?;
         if (tree.len(), tree.extent_count()) != (header.len, header.extents) {
-            return Err(corrupt(
-                &*file,
+            return Err(Error::corruption(
+                file.path(),
                 0,
-                "the tree disagrees with its header".into(),
+                "the tree disagrees with its header",
             ));
         }
         let mut chunk_page = Vec::new();
@@ -318,10 +320,10 @@ impl TreeFile {
             chunk_page.extend(decode_words(&buf, DIRECTORY_KIND, &*file, at)?);
         }
         if chunk_page.len() as u64 != header.chunks {
-            return Err(corrupt(
-                &*file,
+            return Err(Error::corruption(
+                file.path(),
                 0,
-                "the checksum directory disagrees with its header".into(),
+                "the checksum directory disagrees with its header",
             ));
         }
         let mut table = CrcTable::default();
@@ -330,7 +332,11 @@ impl TreeFile {
             read_page(&*file, &mut buf, at)?;
             let words = decode_words(&buf, CHUNK_KIND, &*file, at)?;
             if words.len() > crc::CHUNK {
-                return Err(corrupt(&*file, at, "oversized checksum chunk".into()));
+                return Err(Error::corruption(
+                    file.path(),
+                    at,
+                    "oversized checksum chunk",
+                ));
             }
             let sums: Vec<BlockSum> = words
                 .iter()

@@ -1,0 +1,44 @@
+//! Little-endian fields in byte buffers: the only way flexkv puts integers on disk.
+//!
+//! Callers index within buffers whose size they have checked (a whole page or block, or a
+//! length covered by a checksum), so an out-of-range offset is a bug and panics.
+
+/// Writes `v` at `buf[at..at + 8]`.
+pub(crate) fn put_u64(buf: &mut [u8], at: usize, v: u64) {
+    buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Writes `v` at `buf[at..at + 4]`.
+pub(crate) fn put_u32(buf: &mut [u8], at: usize, v: u32) {
+    buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Reads the `u64` at `buf[at..at + 8]`.
+pub(crate) fn get_u64(buf: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// Reads the `u32` at `buf[at..at + 4]`.
+pub(crate) fn get_u32(buf: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&buf[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_round_trip_in_little_endian_order() {
+        let mut buf = [0u8; 16];
+        put_u64(&mut buf, 0, 0x0102_0304_0506_0708);
+        put_u32(&mut buf, 8, 0x0A0B_0C0D);
+        assert_eq!(buf[..8], [8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(buf[8..12], [0x0D, 0x0C, 0x0B, 0x0A]);
+        assert_eq!(get_u64(&buf, 0), 0x0102_0304_0506_0708);
+        assert_eq!(get_u32(&buf, 8), 0x0A0B_0C0D);
+    }
+}
