@@ -35,6 +35,9 @@ pub struct Args {
     /// Size of the space in MiB (default run).
     #[arg(long, default_value_t = 256)]
     size_mib: u64,
+    /// Block size in KiB (default run).
+    #[arg(long, default_value_t = 4)]
+    block_kib: usize,
     /// Where the files go (a directory on the file system to measure).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -294,7 +297,7 @@ pub fn run(args: &Args) {
     let runs: Vec<(u64, usize)> = if args.full {
         vec![(1 << 30, 4096), (1 << 30, 64 << 10)]
     } else {
-        vec![(args.size_mib << 20, 4096)]
+        vec![(args.size_mib << 20, args.block_kib << 10)]
     };
     let budget = Duration::from_secs_f64(args.budget);
     for (size, block) in runs {
