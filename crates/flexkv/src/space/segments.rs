@@ -119,6 +119,11 @@ impl Segments {
         addr
     }
 
+    /// Bytes of the open segment the file does not have yet.
+    pub(crate) fn unflushed(&self) -> usize {
+        self.buf.len() - self.flushed
+    }
+
     /// Writes the part of the open segment the file does not have yet.
     pub(crate) fn flush(&mut self, file: &dyn VfsFile) -> Result<u64> {
         let Some(seg) = self.open else { return Ok(0) };

@@ -16,6 +16,11 @@ use crate::{Error, Result};
 /// into; ordinary writes never take them.
 const GC_RESERVE: usize = 2;
 
+/// The open segment is written to the file in steps of this size as it fills. Handing the
+/// kernel a whole segment at once made it copy bytes long gone from the CPU caches: 64
+/// KiB writes ran at 0.5x of plain pwrite (measured by paper-flexspace --block-kib 64).
+const WRITE_BEHIND: usize = 64 << 10;
+
 impl FlexSpace {
     fn writable(&self) -> Result<()> {
         if self.poisoned {
@@ -157,6 +162,9 @@ impl FlexSpace {
             let addr = self.segs.append(&data[done..done + n]);
             each(self, done as u64, addr, n as u64)?;
             done += n;
+            if self.segs.unflushed() >= WRITE_BEHIND {
+                self.stats.data_bytes_written += self.segs.flush(&*self.data)?;
+            }
         }
         Ok(())
     }
