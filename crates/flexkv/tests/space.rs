@@ -205,7 +205,12 @@ fn random_operations_match_a_plain_vec() {
 /// One crash run: the workload of `workload_seed` until the file system fails (from its
 /// `fail_at`-th operation on) or until `stop_after` operations, then a crash. Every state
 /// recovery may show is one the model passed through since the last acknowledged sync.
-fn crash_run(workload_seed: u64, crash_seed: u64, fail_at: Option<u64>, stop_after: usize) {
+fn crash_run(
+    workload_seed: u64,
+    crash_seed: u64,
+    fail_at: Option<u64>,
+    stop_after: usize,
+) -> CrashMode {
     let vfs = FaultVfs::new(crash_seed);
     let mut s = Some(open(&vfs, opts()));
     let mut m = Vec::new();
@@ -242,6 +247,7 @@ fn crash_run(workload_seed: u64, crash_seed: u64, fail_at: Option<u64>, stop_aft
         got.len(),
         candidates.len()
     );
+    mode
 }
 
 /// At least 1,000 crash points per run, over every crash mode: half fail the disk from
@@ -250,6 +256,7 @@ fn crash_run(workload_seed: u64, crash_seed: u64, fail_at: Option<u64>, stop_aft
 fn crashes_recover_a_state_between_the_last_sync_and_the_last_operation() {
     const WORKLOAD_OPS: usize = 250;
     let mut points = 0;
+    let mut modes = std::collections::BTreeSet::<String>::new();
     for workload in 0..4u64 {
         // Count the workload's file-system operations once.
         let vfs = FaultVfs::new(0);
@@ -267,17 +274,20 @@ fn crashes_recover_a_state_between_the_last_sync_and_the_last_operation() {
         let total = vfs.op_count() - start;
         for i in 0..125u64 {
             let fail_at = 1 + i * total / 125;
-            crash_run(workload, workload * 1000 + i, Some(fail_at), WORKLOAD_OPS);
-            crash_run(
-                workload,
-                workload * 1000 + 500 + i,
-                None,
-                1 + (i as usize * WORKLOAD_OPS) / 125,
-            );
+            let failed = crash_run(workload, workload * 1000 + i, Some(fail_at), WORKLOAD_OPS);
+            let stop = 1 + (i as usize * WORKLOAD_OPS) / 125;
+            let between = crash_run(workload, workload * 1000 + 500 + i, None, stop);
+            modes.insert(format!("{failed:?}"));
+            modes.insert(format!("{between:?}"));
             points += 2;
         }
     }
     assert!(points >= 1_000);
+    assert_eq!(
+        modes.len(),
+        CrashMode::CONCRETE.len(),
+        "every crash mode was drawn: {modes:?}"
+    );
 }
 
 /// Regression (authors' code): GC relocations replayed at recovery, then a checkpoint,

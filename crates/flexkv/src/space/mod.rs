@@ -112,7 +112,7 @@ impl SpaceOptions {
     }
 }
 
-/// Counters of a [`FlexSpace`], for write amplification and GC work.
+/// Counters of a [`FlexSpace`] since it was opened, for write amplification and GC work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpaceStats {
     /// Bytes given to `write` and `insert`.
@@ -161,6 +161,8 @@ pub struct FlexSpace {
     sum_ops: Vec<LogOp>,
     stats: SpaceStats,
     poisoned: bool,
+    /// Set by a successful `close`, so that dropping does not sync again.
+    closed: bool,
     _lock: FileLock,
 }
 
@@ -275,6 +277,7 @@ impl FlexSpace {
             sum_ops: Vec::new(),
             stats: SpaceStats::default(),
             poisoned: false,
+            closed: false,
             _lock: lock,
         };
         space.refresh_stats();

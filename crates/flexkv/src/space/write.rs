@@ -318,7 +318,9 @@ impl FlexSpace {
         self.guarded(|s| {
             s.commit()?;
             s.checkpoint_now()
-        })
+        })?;
+        self.closed = true;
+        Ok(())
     }
 
     /// Writes the tree to its file now, after a sync.
@@ -437,7 +439,7 @@ impl FlexSpace {
 impl Drop for FlexSpace {
     fn drop(&mut self) {
         // Best effort: what a caller needed durable, it synced.
-        if !self.poisoned {
+        if !self.poisoned && !self.closed {
             let _ = self.commit();
         }
     }
