@@ -58,6 +58,17 @@ fn bytes(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// Inserts `count` blocks of `len` bytes, each at `1 / divisor` of the current size, into
+/// the space and the model alike.
+fn insert_blocks(s: &mut FlexSpace, m: &mut Vec<u8>, count: u8, len: usize, divisor: usize) {
+    for i in 0..count {
+        let data = bytes(len, i);
+        let at = m.len() / divisor;
+        s.insert(at as u64, &data).unwrap();
+        m.splice(at..at, data);
+    }
+}
+
 fn random_op(rng: &mut SmallRng, size: u64) -> Op {
     let at = rng.random_range(0..=size);
     let small = |rng: &mut SmallRng| {
@@ -297,12 +308,7 @@ fn gc_relocations_replayed_then_checkpointed_survive_another_reopen() {
     let vfs = FaultVfs::new(7);
     let mut s = open(&vfs, opts());
     let mut m = Vec::new();
-    for i in 0..60u8 {
-        let data = bytes(3_000, i);
-        s.insert(m.len() as u64 / 2, &data).unwrap();
-        let at = m.len() / 2;
-        m.splice(at..at, data);
-    }
+    insert_blocks(&mut s, &mut m, 60, 3_000, 2);
     s.checkpoint().unwrap();
     s.collapse(10_000, 90_000).unwrap();
     m.drain(10_000..100_000);
@@ -439,12 +445,7 @@ fn real_file_system_round_trip() {
     let vfs: Arc<dyn Vfs> = Arc::new(flexkv::io::RealVfs);
     let mut s = FlexSpace::open(vfs.clone(), dir.path(), opts()).unwrap();
     let mut m = Vec::new();
-    for i in 0..200u8 {
-        let data = bytes(1_500, i);
-        let at = (m.len() / 3) as u64;
-        s.insert(at, &data).unwrap();
-        m.splice(at as usize..at as usize, data);
-    }
+    insert_blocks(&mut s, &mut m, 200, 1_500, 3);
     s.close().unwrap();
     let s = FlexSpace::open(vfs, dir.path(), opts()).unwrap();
     assert_eq!(content(&s), m);
@@ -514,12 +515,7 @@ fn many_threads_read_at_once() {
     let vfs = FaultVfs::new(14);
     let mut s = open(&vfs, opts());
     let mut m = Vec::new();
-    for i in 0..100u8 {
-        let data = bytes(2_000, i);
-        let at = (m.len() / 2) as u64;
-        s.insert(at, &data).unwrap();
-        m.splice(at as usize..at as usize, data);
-    }
+    insert_blocks(&mut s, &mut m, 100, 2_000, 2);
     s.sync().unwrap(); // some data is read from the file, some from the open segment
     shareable(&s);
     std::thread::scope(|scope| {
