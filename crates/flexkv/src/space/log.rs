@@ -316,6 +316,15 @@ mod tests {
         f
     }
 
+    /// A new file system with an empty log of epoch `epoch`, and its writer.
+    fn fresh_log(seed: u64, epoch: u64) -> (FaultVfs, Arc<dyn VfsFile>, LogWriter) {
+        let vfs = FaultVfs::new(seed);
+        let f = open(&vfs);
+        let mut w = LogWriter::new(1);
+        w.reset(&*f, epoch).unwrap();
+        (vfs, f, w)
+    }
+
     #[test]
     fn every_entry_kind_round_trips() {
         for op in ops(10) {
@@ -328,10 +337,7 @@ mod tests {
 
     #[test]
     fn commits_append_blocks_that_read_back_in_order() {
-        let vfs = FaultVfs::new(1);
-        let f = open(&vfs);
-        let mut w = LogWriter::new(1);
-        w.reset(&*f, 7).unwrap();
+        let (_vfs, f, mut w) = fresh_log(1, 7);
         let all = ops(500);
         for chunk in all.chunks(130) {
             chunk.iter().for_each(|&op| w.push(op));
@@ -348,10 +354,7 @@ mod tests {
     #[test]
     fn a_torn_or_damaged_block_ends_the_log() {
         for seed in 0..40 {
-            let vfs = FaultVfs::new(seed);
-            let f = open(&vfs);
-            let mut w = LogWriter::new(1);
-            w.reset(&*f, 3).unwrap();
+            let (vfs, f, mut w) = fresh_log(seed, 3);
             let all = ops(400);
             all[..150].iter().for_each(|&op| w.push(op));
             w.commit(&*f).unwrap();
@@ -372,10 +375,7 @@ mod tests {
             assert!(f.len().unwrap() <= buf_len);
         }
         // A flipped byte in the middle block ends the log there.
-        let vfs = FaultVfs::new(9);
-        let f = open(&vfs);
-        let mut w = LogWriter::new(1);
-        w.reset(&*f, 1).unwrap();
+        let (vfs, f, mut w) = fresh_log(9, 1);
         ops(300).into_iter().for_each(|op| w.push(op));
         w.commit(&*f).unwrap();
         let path = PathBuf::from("/s/log");
@@ -387,10 +387,7 @@ mod tests {
 
     #[test]
     fn a_reset_torn_by_a_crash_reads_as_an_empty_log() {
-        let vfs = FaultVfs::new(4);
-        let f = open(&vfs);
-        let mut w = LogWriter::new(1);
-        w.reset(&*f, 1).unwrap();
+        let (vfs, f, mut w) = fresh_log(4, 1);
         ops(50).into_iter().for_each(|op| w.push(op));
         w.commit(&*f).unwrap();
         vfs.fail_after(3); // truncate and header write happen; the sync fails
