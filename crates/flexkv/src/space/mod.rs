@@ -375,9 +375,24 @@ impl FlexSpace {
         self.stats
     }
 
-    /// Checks the in-memory index's invariants (for tests).
+    /// Checks the in-memory invariants (for tests): the index's, and that the segment
+    /// table's live bytes agree with what the index maps.
     pub fn check(&self) -> std::result::Result<(), String> {
-        self.tree.check()
+        self.tree.check()?;
+        self.segs.check()?;
+        let mapped: u64 = self
+            .tree
+            .extents()
+            .filter(|e| e.addr.is_some())
+            .map(|e| e.len)
+            .sum();
+        if mapped != self.segs.totals().0 {
+            return Err(format!(
+                "{mapped} bytes mapped, {} counted live",
+                self.segs.totals().0
+            ));
+        }
+        Ok(())
     }
 
     fn refresh_stats(&mut self) {

@@ -31,6 +31,10 @@ pub(crate) struct Segments {
     pub size: u64,
     pub live: Vec<u64>,
     pub state: Vec<State>,
+    /// The sum of `live`, and how many segments are `Free`: kept as they change, because
+    /// every write asks for them and the table may hold hundreds of thousands of segments.
+    live_total: u64,
+    free: usize,
     /// The open segment and its content from the segment's start.
     open: Option<u64>,
     buf: Vec<u8>,
@@ -51,12 +55,14 @@ impl Segments {
     pub(crate) fn new(size: u64, file_len: u64, mut live: Vec<u64>) -> Segments {
         let count = file_len.div_ceil(size).max(live.len() as u64) as usize;
         live.resize(count, 0);
-        let state = live
+        let state: Vec<State> = live
             .iter()
             .map(|&l| if l > 0 { State::Used } else { State::Free })
             .collect();
         Segments {
             size,
+            live_total: live.iter().sum(),
+            free: state.iter().filter(|&&s| s == State::Free).count(),
             live,
             state,
             open: None,
@@ -86,7 +92,7 @@ impl Segments {
     }
 
     pub(crate) fn free_count(&self) -> usize {
-        self.state.iter().filter(|&&s| s == State::Free).count()
+        self.free
     }
 
     /// Makes a free (or a new) segment the open one; the caller has flushed and closed
@@ -94,7 +100,10 @@ impl Segments {
     pub(crate) fn open_next(&mut self) -> u64 {
         debug_assert!(self.open.is_none());
         let seg = match self.state.iter().position(|&s| s == State::Free) {
-            Some(s) => s,
+            Some(s) => {
+                self.free -= 1;
+                s
+            }
             None => {
                 self.live.push(0);
                 self.state.push(State::Free);
@@ -201,6 +210,7 @@ impl Segments {
         self.per_segment(addr, len, |seg, n| parts.push((seg, n)));
         for (seg, n) in parts {
             self.live[seg] += n;
+            self.live_total += n;
         }
     }
 
@@ -211,6 +221,7 @@ impl Segments {
             self.live[seg] = self.live[seg]
                 .checked_sub(n)
                 .expect("live byte count of a segment went negative");
+            self.live_total -= n;
             if self.live[seg] == 0 && self.state[seg] == State::Used {
                 self.state[seg] = State::Freeing;
             }
@@ -222,6 +233,7 @@ impl Segments {
         for (seg, s) in self.state.iter_mut().enumerate() {
             if *s == State::Freeing {
                 *s = State::Free;
+                self.free += 1;
                 self.to_punch.push(seg as u64);
             }
         }
@@ -238,9 +250,21 @@ impl Segments {
     }
 
     /// Live bytes in all, and bytes the data file's segments occupy.
+    /// Recomputes the kept totals from the table: `Err` if they drifted.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let live: u64 = self.live.iter().sum();
+        let free = self.state.iter().filter(|&&s| s == State::Free).count();
+        if (live, free) != (self.live_total, self.free) {
+            return Err(format!(
+                "segment totals drifted: live {} (table {live}), free {} (table {free})",
+                self.live_total, self.free
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn totals(&self) -> (u64, u64) {
-        let live = self.live.iter().sum();
-        let used = self.state.iter().filter(|&&s| s != State::Free).count() as u64 * self.size;
-        (live, used)
+        let used = (self.state.len() - self.free) as u64 * self.size;
+        (self.live_total, used)
     }
 }
