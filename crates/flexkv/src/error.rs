@@ -42,6 +42,25 @@ pub enum Error {
     /// An earlier write or sync failed, so what is on disk is unknown; writes are refused
     /// until the store is reopened (which recovers from what is durable).
     Poisoned,
+    /// The handle was closed ([`Db::close`](crate::Db::close)); open the database again.
+    Closed,
+    /// The directory exists but does not hold a flexkv database; nothing was changed.
+    NotADatabase {
+        /// The directory.
+        path: PathBuf,
+        /// What was found instead.
+        reason: String,
+    },
+    /// A file was written by a newer flexkv whose format this build does not know;
+    /// nothing was changed.
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The format version in the file.
+        found: u32,
+        /// The newest version this build reads.
+        supported: u32,
+    },
 }
 
 impl Error {
@@ -60,6 +79,41 @@ impl Error {
             file: file.into(),
             offset,
             reason: reason.into(),
+        }
+    }
+
+    /// A copy of this error for a second receiver (a group-commit leader tells every
+    /// member of its group why the group failed). I/O errors keep their kind and text.
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::Io { op, path, source } => Error::Io {
+                op,
+                path: path.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            Error::Corruption {
+                file,
+                offset,
+                reason,
+            } => Error::corruption(file.clone(), *offset, reason.clone()),
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            Error::Locked(p) => Error::Locked(p.clone()),
+            Error::NoSpace(m) => Error::NoSpace(m.clone()),
+            Error::Poisoned => Error::Poisoned,
+            Error::Closed => Error::Closed,
+            Error::NotADatabase { path, reason } => Error::NotADatabase {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            Error::UnsupportedVersion {
+                path,
+                found,
+                supported,
+            } => Error::UnsupportedVersion {
+                path: path.clone(),
+                found: *found,
+                supported: *supported,
+            },
         }
     }
 
@@ -93,6 +147,22 @@ impl fmt::Display for Error {
             Error::NoSpace(msg) => write!(f, "no space: {msg}"),
             Error::Poisoned => f.write_str(
                 "an earlier write or sync failed; reopen to recover from what is durable",
+            ),
+            Error::Closed => f.write_str("the database was closed; open it again"),
+            Error::NotADatabase { path, reason } => write!(
+                f,
+                "{} is not a flexkv database ({reason}); nothing was changed",
+                path.display()
+            ),
+            Error::UnsupportedVersion {
+                path,
+                found,
+                supported,
+            } => write!(
+                f,
+                "{} has format version {found}, newer than this build reads ({supported}); \
+                 nothing was changed",
+                path.display()
             ),
         }
     }

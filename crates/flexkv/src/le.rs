@@ -27,6 +27,29 @@ pub(crate) fn get_u32(buf: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b)
 }
 
+/// Appends `v` to `out`, little-endian.
+pub(crate) fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Appends `v` to `out`, little-endian.
+pub(crate) fn push_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Appends `v` to `out`, little-endian.
+pub(crate) fn push_u16(out: &mut Vec<u8>, v: u16) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// The little-endian `u16` at `at` in `buf`. Panics if `buf` is too short: callers check
+/// lengths first.
+pub(crate) fn get_u16(buf: &[u8], at: usize) -> u16 {
+    let mut b = [0; 2];
+    b.copy_from_slice(&buf[at..at + 2]);
+    u16::from_le_bytes(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

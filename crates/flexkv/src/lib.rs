@@ -9,10 +9,19 @@
 //!   collapse-range that the flexible address space is built on.
 #![deny(unsafe_code)]
 
+mod db;
 mod error;
 pub mod flextree;
 pub mod io;
 mod le;
 pub mod space;
 
+pub use db::{
+    Builder, Db, Durability, Iter, Keyspace, KeyspaceKind, Options, Snapshot, Stats, WalRecovery,
+    WriteBatch, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN, MAX_VALUE_LEN,
+};
 pub use error::{Error, Result};
+pub(crate) mod memtable;
+pub(crate) mod mvcc;
+pub mod vlog;
+pub(crate) mod wal;

@@ -1,0 +1,474 @@
+//! [`Db`]: the engine's front door. It owns the directory (lock file, manifest, WAL,
+//! value log), the memtable, the sequence oracle and the snapshot registry, and hands
+//! out [`Keyspace`], [`Snapshot`] and [`Iter`] handles.
+//!
+//! Until the sorted keyspace lands (FlexDB on FlexSpace), every write lives in the
+//! memtable and the WAL, and recovery replays the whole WAL; the manifest's applied
+//! sequence stays 0.
+//!
+//! Directory layout: `LOCK`, `MANIFEST`, `wal-NNNNNNNN.log`, `vlog-NNNNNNNN.seg`.
+
+mod batch;
+mod manifest;
+mod options;
+mod read;
+mod stats;
+mod write;
+
+pub use batch::WriteBatch;
+pub use manifest::KeyspaceKind;
+pub use options::{
+    Builder, Durability, Options, WalRecovery, MAX_BATCH_BYTES, MAX_BATCH_OPS,
+    MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN, MAX_VALUE_LEN,
+};
+pub use read::{Iter, Keyspace, Snapshot};
+pub use stats::Stats;
+
+use std::collections::HashMap;
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::io::{FileLock, Vfs};
+use crate::memtable::{KeyspaceId, Memtable, Value};
+use crate::mvcc::{Snapshots, Visibility};
+use crate::vlog::ValueLog;
+use crate::wal::format::Op;
+use crate::wal::group::GroupCommit;
+use crate::wal::sync::SyncPoint;
+use crate::wal::Wal;
+use crate::{Error, Result};
+use manifest::{Entry, Manifest};
+use write::{Request, Written};
+
+/// The lock file's name.
+pub(crate) const LOCK_FILE: &str = "LOCK";
+
+static NEXT_DB_ID: AtomicU64 = AtomicU64::new(1);
+
+/// An open database.
+///
+/// ```
+/// # fn main() -> flexkv::Result<()> {
+/// let dir = tempfile::tempdir().unwrap();
+/// let db = flexkv::Db::open(dir.path())?;
+/// db.put(b"greeting", b"hello")?;
+/// assert_eq!(db.get(b"greeting")?.as_deref(), Some(&b"hello"[..]));
+/// db.delete(b"greeting")?;
+/// assert!(!db.contains(b"greeting")?);
+///
+/// let snap = db.snapshot();
+/// db.put(b"later", b"!")?;
+/// assert_eq!(snap.get(b"later")?, None); // the snapshot predates the put
+/// for item in db.prefix(b"lat") {
+///     let (key, value) = item?;
+///     assert_eq!((&key[..], &value[..]), (&b"later"[..], &b"!"[..]));
+/// }
+/// db.close()?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// `Db` is `Send + Sync`; share it between threads with an `Arc` or by reference.
+/// Dropping the last handle (the `Db` and every [`Keyspace`], [`Snapshot`] and [`Iter`]
+/// made from it) closes the database as [`Db::close`] does; `close` itself closes at
+/// once, and handles used after it return [`Error::Closed`].
+#[derive(Debug)]
+pub struct Db {
+    inner: Arc<Inner>,
+    default: Keyspace,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    user_bytes: AtomicU64,
+    batches: AtomicU64,
+    groups: AtomicU64,
+    grouped_batches: AtomicU64,
+    max_group: AtomicU64,
+}
+
+pub(crate) struct Inner {
+    id: u64,
+    dir: PathBuf,
+    vfs: Arc<dyn Vfs>,
+    opts: Options,
+    lock: Mutex<Option<FileLock>>,
+    manifest: Mutex<Manifest>,
+    names: RwLock<HashMap<String, KeyspaceId>>,
+    memtable: Memtable,
+    vlog: ValueLog,
+    wal: Wal,
+    group: GroupCommit<Request, Result<Written>>,
+    sync: SyncPoint,
+    vis: Visibility,
+    snapshots: Snapshots,
+    /// The last sequence handed out; locked by the group leader only.
+    next_seq: Mutex<u64>,
+    poisoned: AtomicBool,
+    closed: AtomicBool,
+    stats: Counters,
+    wal_tail_cut: bool,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("dir", &self.dir).finish()
+    }
+}
+
+impl Db {
+    /// Opens the database in directory `path`, creating it if the directory is missing
+    /// or empty, with default [`Options`].
+    ///
+    /// Fails with [`Error::Locked`] if another handle or process has it open,
+    /// [`Error::NotADatabase`] if the directory holds other files and no manifest,
+    /// [`Error::UnsupportedVersion`] if a newer flexkv wrote it, and
+    /// [`Error::Corruption`] if its WAL is damaged before the tail.
+    pub fn open(path: impl AsRef<Path>) -> Result<Db> {
+        Db::builder(path).open()
+    }
+
+    /// A builder to set options before opening.
+    pub fn builder(path: impl AsRef<Path>) -> Builder {
+        Builder::new(path.as_ref())
+    }
+
+    pub(crate) fn open_with(path: &Path, opts: Options) -> Result<Db> {
+        for (name, size) in [
+            ("wal_segment_size", opts.wal_segment_size),
+            ("vlog_segment_size", opts.vlog_segment_size),
+        ] {
+            if size < 64 << 10 {
+                return Err(Error::invalid(format!(
+                    "{name} of {size} bytes is under 64 KiB"
+                )));
+            }
+        }
+        let vfs = Arc::clone(&opts.vfs);
+        let fresh = check_directory(vfs.as_ref(), path, opts.create_if_missing)?;
+        if fresh {
+            vfs.create_dir_all(path)?;
+        }
+        let lock = vfs.lock(&path.join(LOCK_FILE))?;
+        let manifest = match Manifest::read(vfs.as_ref(), path)? {
+            Some(m) => m,
+            None => {
+                let m = Manifest::new();
+                m.write(vfs.as_ref(), path)?;
+                m
+            }
+        };
+        let vlog = ValueLog::open(Arc::clone(&vfs), path, opts.vlog_segment_size)?;
+        let accept_prefix = opts.wal_recovery == WalRecovery::AcceptPrefix;
+        let (wal, recovered) = Wal::recover(
+            Arc::clone(&vfs),
+            path,
+            opts.wal_segment_size,
+            manifest.applied,
+            accept_prefix,
+            |op| match op {
+                Op::PutSeparated { key, ptr, .. } => vlog.holds(ptr, key.len()),
+                _ => Ok(true),
+            },
+        )?;
+        vlog.cut_tail()?;
+        let names: HashMap<String, KeyspaceId> = manifest
+            .keyspaces
+            .iter()
+            .map(|e| (e.name.clone(), e.id))
+            .collect();
+        let memtable = Memtable::default();
+        for g in &recovered.groups {
+            for (i, batch) in g.batches.iter().enumerate() {
+                let seq = g.first + i as u64;
+                for op in batch {
+                    replay(&memtable, &vlog, &manifest, path, seq, op)?;
+                }
+            }
+        }
+        let last = recovered.last_seq;
+        let inner = Arc::new(Inner {
+            id: NEXT_DB_ID.fetch_add(1, Ordering::Relaxed),
+            dir: path.to_path_buf(),
+            vfs,
+            opts,
+            lock: Mutex::new(Some(lock)),
+            manifest: Mutex::new(manifest),
+            names: RwLock::new(names),
+            memtable,
+            vlog,
+            wal,
+            group: GroupCommit::new(),
+            sync: SyncPoint::new(last),
+            vis: Visibility::new(last),
+            snapshots: Snapshots::default(),
+            next_seq: Mutex::new(last),
+            poisoned: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            stats: Counters::default(),
+            wal_tail_cut: recovered.cut_tail,
+        });
+        let default = Keyspace::new(Arc::clone(&inner), 0, manifest::DEFAULT);
+        Ok(Db { inner, default })
+    }
+
+    /// The default keyspace, which [`Db::put`], [`Db::get`] and the others act on.
+    pub fn default_keyspace(&self) -> Keyspace {
+        self.default.clone()
+    }
+
+    /// Opens the keyspace `name`, creating it (durably, in the manifest) if it does not
+    /// exist. Names are 1 to [`MAX_KEYSPACE_NAME_LEN`] bytes of ASCII letters, digits,
+    /// `_`, `-` and `.`.
+    pub fn keyspace(&self, name: &str) -> Result<Keyspace> {
+        self.inner.check_open()?;
+        check_keyspace_name(name)?;
+        if let Some(&id) = self.inner.names.read().get(name) {
+            return Ok(Keyspace::new(Arc::clone(&self.inner), id, name));
+        }
+        let mut manifest = self.inner.manifest.lock();
+        if let Some(&id) = self.inner.names.read().get(name) {
+            return Ok(Keyspace::new(Arc::clone(&self.inner), id, name));
+        }
+        let mut next = manifest.clone();
+        let id = next.next_id;
+        if id == KeyspaceId::MAX {
+            return Err(Error::invalid("no keyspace numbers are left"));
+        }
+        next.next_id += 1;
+        next.keyspaces.push(Entry {
+            id,
+            kind: KeyspaceKind::Sorted,
+            name: name.to_string(),
+        });
+        next.write(self.inner.vfs.as_ref(), &self.inner.dir)?;
+        *manifest = next;
+        self.inner.names.write().insert(name.to_string(), id);
+        Ok(Keyspace::new(Arc::clone(&self.inner), id, name))
+    }
+
+    /// The names and kinds of every keyspace, sorted by name.
+    pub fn keyspaces(&self) -> Vec<(String, KeyspaceKind)> {
+        let m = self.inner.manifest.lock();
+        let mut v: Vec<_> = m
+            .keyspaces
+            .iter()
+            .map(|e| (e.name.clone(), e.kind))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// Writes `batch` atomically with its [`Durability`] and returns its sequence number.
+    /// An empty batch writes nothing and returns the current visible sequence.
+    pub fn write(&self, batch: WriteBatch) -> Result<u64> {
+        self.inner.write(batch)
+    }
+
+    /// Puts `value` at `key` in the default keyspace, with [`Durability::Sync`].
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.default.put(key, value)
+    }
+
+    /// The value at `key` in the default keyspace.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.default.get(key)
+    }
+
+    /// Deletes `key` from the default keyspace, with [`Durability::Sync`].
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.default.delete(key)
+    }
+
+    /// Whether `key` has a value (possibly empty) in the default keyspace.
+    pub fn contains(&self, key: &[u8]) -> Result<bool> {
+        self.default.contains(key)
+    }
+
+    /// The pairs of the default keyspace with keys in `range`, in key order (reverse
+    /// with `.rev()`), as of now.
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
+        self.default.range(range)
+    }
+
+    /// The pairs of the default keyspace whose keys start with `prefix`.
+    pub fn prefix(&self, prefix: &[u8]) -> Iter {
+        self.default.prefix(prefix)
+    }
+
+    /// Every pair of the default keyspace.
+    pub fn iter(&self) -> Iter {
+        self.default.iter()
+    }
+
+    /// A snapshot of the whole database at the current visible sequence: it sees every
+    /// write acknowledged before this call and nothing written after. Reads through it
+    /// go to the default keyspace; [`Snapshot::keyspace`] reads another one.
+    pub fn snapshot(&self) -> Snapshot {
+        self.default.snapshot()
+    }
+
+    /// Makes every write acknowledged so far durable (the [`Durability::Buffered`] ones
+    /// included).
+    pub fn sync(&self) -> Result<()> {
+        self.inner.check_writable()?;
+        let seq = self.inner.sync.written_seq();
+        self.inner.wait_durable(seq)
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// The directory the database lives in.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Closes the database: waits for the write in progress, makes every acknowledged
+    /// write durable, and releases the lock. Handles still alive return
+    /// [`Error::Closed`] afterwards. Returns the error of the final sync, if any.
+    pub fn close(self) -> Result<()> {
+        self.inner.close()
+    }
+}
+
+impl Inner {
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        if self.poisoned.load(Ordering::Acquire) || self.sync.failed() {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.group.close();
+        let r = if self.poisoned.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            self.wait_durable(self.sync.written_seq())
+        };
+        self.lock.lock().take();
+        r
+    }
+
+    /// Resolves a stored version to the value a reader gets.
+    fn resolve(&self, ks: KeyspaceId, key: &[u8], v: Value) -> Result<Option<Vec<u8>>> {
+        match v {
+            Value::Tombstone => Ok(None),
+            Value::Inline(b) => Ok(Some(b.into_vec())),
+            Value::Separated(p) => self.vlog.read(&p, ks, key).map(Some),
+        }
+    }
+
+    fn get_at(&self, ks: KeyspaceId, key: &[u8], seq: u64) -> Result<Option<Vec<u8>>> {
+        self.check_open()?;
+        batch::check_key(key)?;
+        match self.memtable.get(ks, key, seq) {
+            Some((_, v)) => self.resolve(ks, key, v),
+            None => Ok(None),
+        }
+    }
+
+    fn contains_at(&self, ks: KeyspaceId, key: &[u8], seq: u64) -> Result<bool> {
+        self.check_open()?;
+        batch::check_key(key)?;
+        Ok(matches!(
+            self.memtable.get(ks, key, seq),
+            Some((_, Value::Inline(_) | Value::Separated(_)))
+        ))
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Best effort: an error here has nobody to go to; what was acknowledged as
+        // `Sync` is durable already, and recovery handles the rest.
+        let _ = self.close();
+    }
+}
+
+/// Decides whether `path` may be opened: `Ok(true)` if a new database is to be created
+/// there, `Ok(false)` if one exists, an error (and nothing changed) otherwise.
+fn check_directory(vfs: &dyn Vfs, path: &Path, create: bool) -> Result<bool> {
+    let not_db = |reason: String| Error::NotADatabase {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if !vfs.exists(path)? {
+        return if create {
+            Ok(true)
+        } else {
+            Err(not_db("the directory does not exist".into()))
+        };
+    }
+    let names = vfs.list(path)?;
+    if names.iter().any(|n| n == manifest::FILE) {
+        // Read it before taking the lock, so a newer version changes nothing at all.
+        Manifest::read(vfs, path)?;
+        return Ok(false);
+    }
+    match names.iter().find(|n| !manifest::is_creation_leftover(n)) {
+        Some(stranger) => Err(not_db(format!(
+            "it holds {} entries and no MANIFEST, e.g. {stranger:?}",
+            names.len()
+        ))),
+        None if create => Ok(true),
+        None => Err(not_db("there is no MANIFEST".into())),
+    }
+}
+
+fn check_keyspace_name(name: &str) -> Result<()> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    if name.is_empty() || name.len() > MAX_KEYSPACE_NAME_LEN || !name.chars().all(ok_char) {
+        return Err(Error::invalid(format!(
+            "keyspace name {name:?} must be 1 to MAX_KEYSPACE_NAME_LEN \
+             ({MAX_KEYSPACE_NAME_LEN}) bytes of ASCII letters, digits, '_', '-' and '.'"
+        )));
+    }
+    Ok(())
+}
+
+/// Puts one recovered op into the memtable.
+fn replay(
+    memtable: &Memtable,
+    vlog: &ValueLog,
+    manifest: &Manifest,
+    dir: &Path,
+    seq: u64,
+    op: &Op,
+) -> Result<()> {
+    let (ks, key, value) = match op {
+        Op::Put { ks, key, value } => (*ks, key, Value::Inline(value.clone().into_boxed_slice())),
+        Op::PutSeparated { ks, key, ptr } => {
+            vlog.count_live(ptr, key.len());
+            (*ks, key, Value::Separated(*ptr))
+        }
+        Op::Delete { ks, key } => (*ks, key, Value::Tombstone),
+    };
+    if !manifest.keyspaces.iter().any(|e| e.id == ks) {
+        return Err(Error::corruption(
+            dir.join(manifest::FILE),
+            0,
+            format!("the WAL writes to keyspace {ks}, which the manifest does not know"),
+        ));
+    }
+    memtable.insert(ks, key, seq, value);
+    Ok(())
+}

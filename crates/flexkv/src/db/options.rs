@@ -1,0 +1,128 @@
+//! Options, limits and durability levels.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::io::{RealVfs, Vfs};
+use crate::{Db, Result};
+
+/// The longest key, in bytes. A key must fit comfortably inside one interval of the
+/// sorted keyspace (16 KiB), with its value pointer and neighbours.
+pub const MAX_KEY_LEN: usize = 4096;
+/// The longest value, in bytes (64 MiB).
+pub const MAX_VALUE_LEN: usize = 64 << 20;
+/// The most operations in one [`WriteBatch`](crate::WriteBatch).
+pub const MAX_BATCH_OPS: usize = 1 << 20;
+/// The most key and value bytes in one [`WriteBatch`](crate::WriteBatch) (256 MiB).
+pub const MAX_BATCH_BYTES: usize = 256 << 20;
+/// The longest keyspace name, in bytes. Names use ASCII letters, digits, `_`, `-` and
+/// `.`, and are not empty.
+pub const MAX_KEYSPACE_NAME_LEN: usize = 64;
+
+/// When a write is acknowledged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Acknowledged once on the device: a crash after the call returns cannot lose it.
+    /// The default.
+    #[default]
+    Sync,
+    /// Acknowledged once handed to the operating system: it survives the process being
+    /// killed but not a power cut until a later sync ([`Db::sync`], or any `Sync` write,
+    /// which covers every write before it).
+    Buffered,
+}
+
+/// What recovery does when the WAL is damaged before its tail (bytes that a later
+/// record proves were once durable).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WalRecovery {
+    /// Refuse to open with [`Error::Corruption`](crate::Error::Corruption). The default.
+    #[default]
+    Strict,
+    /// Open with the longest undamaged prefix of the log, dropping what follows.
+    AcceptPrefix,
+}
+
+/// Settings for [`Db`], built with [`Db::builder`].
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub(crate) vfs: Arc<dyn Vfs>,
+    pub(crate) create_if_missing: bool,
+    pub(crate) value_threshold: usize,
+    pub(crate) wal_segment_size: u64,
+    pub(crate) vlog_segment_size: u64,
+    pub(crate) wal_recovery: WalRecovery,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            vfs: Arc::new(RealVfs),
+            create_if_missing: true,
+            value_threshold: 4096,
+            wal_segment_size: 64 << 20,
+            vlog_segment_size: 256 << 20,
+            wal_recovery: WalRecovery::Strict,
+        }
+    }
+}
+
+/// Builds a [`Db`] with options: `Db::builder(path).value_threshold(1024).open()`.
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `open` is called"]
+pub struct Builder {
+    pub(crate) path: PathBuf,
+    pub(crate) opts: Options,
+}
+
+impl Builder {
+    pub(crate) fn new(path: &Path) -> Self {
+        Builder {
+            path: path.to_path_buf(),
+            opts: Options::default(),
+        }
+    }
+
+    /// The file system to use (the real one by default; tests pass a
+    /// [`FaultVfs`](crate::io::FaultVfs)).
+    pub fn vfs(mut self, vfs: Arc<dyn Vfs>) -> Self {
+        self.opts.vfs = vfs;
+        self
+    }
+
+    /// Whether to create the database if the directory holds none (default `true`).
+    pub fn create_if_missing(mut self, yes: bool) -> Self {
+        self.opts.create_if_missing = yes;
+        self
+    }
+
+    /// Values of at least this many bytes go to the value log, written once, and the WAL
+    /// holds a pointer (default 4096). `usize::MAX` keeps every value inline.
+    pub fn value_threshold(mut self, bytes: usize) -> Self {
+        self.opts.value_threshold = bytes;
+        self
+    }
+
+    /// Start a new WAL segment past this size (default 64 MiB; at least 64 KiB).
+    pub fn wal_segment_size(mut self, bytes: u64) -> Self {
+        self.opts.wal_segment_size = bytes;
+        self
+    }
+
+    /// Start a new value-log segment past this size (default 256 MiB; at least 64 KiB).
+    pub fn vlog_segment_size(mut self, bytes: u64) -> Self {
+        self.opts.vlog_segment_size = bytes;
+        self
+    }
+
+    /// What to do with a WAL damaged before its tail (default [`WalRecovery::Strict`]).
+    pub fn wal_recovery(mut self, mode: WalRecovery) -> Self {
+        self.opts.wal_recovery = mode;
+        self
+    }
+
+    /// Opens (or creates) the database.
+    pub fn open(self) -> Result<Db> {
+        Db::open_with(&self.path, self.opts)
+    }
+}

@@ -1,0 +1,199 @@
+//! The write path: a batch gets its sequence from the group-commit leader, large values
+//! go to the value log, the group goes to the WAL as one record, and each writer puts
+//! its own batch into the memtable, becomes visible in sequence order, and (for
+//! [`Durability::Sync`](crate::Durability::Sync)) waits for the durable watermark.
+//!
+//! Order of a group, and why:
+//! 1. value-log records, then the WAL record (the WAL entry points at them);
+//! 2. leadership is handed on before any sync, so the next group is written while this
+//!    one is on the device (pipelined horizontal batching);
+//! 3. a sync syncs the value log before the WAL, so a durable WAL entry never points at
+//!    a value that is not. Should the OS write WAL pages early on its own, recovery
+//!    drops entries whose values did not survive (no writer was told they were durable).
+
+use std::sync::atomic::Ordering;
+
+use super::batch::BatchOp;
+use super::Inner;
+use crate::memtable::{KeyspaceId, Value};
+use crate::vlog::NewValue;
+use crate::wal::format::{self, OpRef};
+use crate::wal::group::Role;
+use crate::{Durability, Error, Result, WriteBatch};
+
+/// A batch waiting for a leader.
+pub(crate) struct Request {
+    ops: Vec<BatchOp>,
+}
+
+/// What the leader hands back: the batch's sequence and its entries as the memtable
+/// will hold them.
+pub(crate) struct Written {
+    seq: u64,
+    entries: Vec<(KeyspaceId, Vec<u8>, Value)>,
+}
+
+impl Inner {
+    /// Writes `batch` and returns its sequence number.
+    pub(crate) fn write(&self, batch: WriteBatch) -> Result<u64> {
+        self.check_writable()?;
+        if batch.db_id.is_some_and(|id| id != self.id) {
+            return Err(Error::invalid(
+                "the batch holds keyspaces of another database",
+            ));
+        }
+        if batch.ops.is_empty() {
+            return Ok(self.vis.visible());
+        }
+        let durability = batch.durability;
+        let user_bytes = batch.bytes as u64;
+        let req = Request { ops: batch.ops };
+        let written = match self.group.join(req) {
+            Role::Closed => return Err(Error::Closed),
+            Role::Done(r) => r?,
+            Role::Lead(me, group) => self.lead(me, group)?,
+        };
+        let seq = written.seq;
+        for (ks, key, value) in written.entries {
+            self.memtable.insert(ks, &key, seq, value);
+        }
+        self.vis.applied_and_wait(seq);
+        self.stats
+            .user_bytes
+            .fetch_add(user_bytes, Ordering::Relaxed);
+        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        if durability == Durability::Sync {
+            self.wait_durable(seq)?;
+        }
+        Ok(seq)
+    }
+
+    /// Waits until `seq` is durable, syncing if no sync is in flight.
+    pub(crate) fn wait_durable(&self, seq: u64) -> Result<()> {
+        let r = self.sync.wait_durable(seq, || {
+            self.vlog.sync()?;
+            self.wal.sync()
+        });
+        if r.is_err() {
+            self.poisoned.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    /// Writes a group as its leader and hands the other members their results.
+    fn lead(&self, me: u64, group: Vec<(u64, Request)>) -> Result<Written> {
+        let mut next = self.next_seq.lock();
+        let first = *next + 1;
+        let outcome = self.write_group(first, &group);
+        let mut mine = None;
+        let mut others = Vec::with_capacity(group.len());
+        match outcome {
+            Ok(ptrs) => {
+                let last = first + group.len() as u64 - 1;
+                *next = last;
+                self.sync.written(last);
+                drop(next);
+                let mut ptrs = ptrs.into_iter();
+                for (i, (ticket, req)) in group.into_iter().enumerate() {
+                    let seq = first + i as u64;
+                    let entries = req
+                        .ops
+                        .into_iter()
+                        .map(|op| {
+                            let value = match op.value {
+                                None => Value::Tombstone,
+                                Some(v) if v.len() >= self.opts.value_threshold => {
+                                    Value::Separated(ptrs.next().unwrap_or_else(|| {
+                                        unreachable!("one pointer per separated value")
+                                    }))
+                                }
+                                Some(v) => Value::Inline(v.into_boxed_slice()),
+                            };
+                            (op.ks, op.key, value)
+                        })
+                        .collect();
+                    let w = Written { seq, entries };
+                    if ticket == me {
+                        mine = Some(Ok(w));
+                    } else {
+                        others.push((ticket, Ok(w)));
+                    }
+                }
+            }
+            Err(e) => {
+                drop(next);
+                self.poisoned.store(true, Ordering::Release);
+                self.sync.fail();
+                for (ticket, _) in group {
+                    if ticket != me {
+                        others.push((ticket, Err(e.duplicate())));
+                    }
+                }
+                mine = Some(Err(e));
+            }
+        }
+        self.group.finish(others);
+        mine.unwrap_or_else(|| unreachable!("a leader's group holds its own request"))
+    }
+
+    /// Appends the group's separated values and its WAL record; returns the values'
+    /// pointers in op order.
+    fn write_group(
+        &self,
+        first: u64,
+        group: &[(u64, Request)],
+    ) -> Result<Vec<crate::vlog::Pointer>> {
+        let threshold = self.opts.value_threshold;
+        let mut separated = Vec::new();
+        for (i, (_, req)) in group.iter().enumerate() {
+            for op in &req.ops {
+                if let Some(v) = op.value.as_ref().filter(|v| v.len() >= threshold) {
+                    separated.push(NewValue {
+                        ks: op.ks,
+                        key: &op.key,
+                        seq: first + i as u64,
+                        value: v,
+                    });
+                }
+            }
+        }
+        let ptrs = if separated.is_empty() {
+            Vec::new()
+        } else {
+            self.vlog.append(&separated)?
+        };
+        let mut payload = Vec::new();
+        format::encode_group_header(&mut payload, self.sync.durable(), first, group.len() as u32);
+        let mut next_ptr = ptrs.iter();
+        for (_, req) in group {
+            let ops = req.ops.iter().map(|op| match &op.value {
+                None => OpRef::Delete {
+                    ks: op.ks,
+                    key: &op.key,
+                },
+                Some(v) if v.len() >= threshold => OpRef::PutSeparated {
+                    ks: op.ks,
+                    key: &op.key,
+                    ptr: *next_ptr
+                        .next()
+                        .unwrap_or_else(|| unreachable!("one pointer per separated value")),
+                },
+                Some(v) => OpRef::Put {
+                    ks: op.ks,
+                    key: &op.key,
+                    value: v,
+                },
+            });
+            format::encode_batch(&mut payload, ops.collect::<Vec<_>>().into_iter());
+        }
+        self.wal.append(&payload)?;
+        self.stats.groups.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .grouped_batches
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+        self.stats
+            .max_group
+            .fetch_max(group.len() as u64, Ordering::Relaxed);
+        Ok(ptrs)
+    }
+}

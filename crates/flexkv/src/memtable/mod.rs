@@ -1,0 +1,230 @@
+//! The memtable: a concurrent ordered multi-version map of recent writes.
+//!
+//! Entries are ordered by keyspace, then key ascending, then sequence *descending*, so
+//! the first entry at or after `(keyspace, key, s)` is the newest version of `key` that a
+//! reader at sequence `s` may see. Writers insert concurrently (a lock-free skip list);
+//! readers never block writers. A version is never changed once inserted; a later batch
+//! adds a newer version, so snapshot reads are exact.
+//!
+//! Iteration steps by re-seeking from the last key returned (O(log n) per step), so an
+//! iterator holds no borrow or lock between calls and sees inserts made after it started
+//! only if their sequence is at or below its own (never, for a sequence already visible).
+
+use std::cmp::Ordering;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+
+use crossbeam_skiplist::SkipMap;
+
+use crate::vlog::Pointer;
+
+/// A keyspace's number, as the manifest assigns it. `u32::MAX` is reserved.
+pub(crate) type KeyspaceId = u32;
+
+/// What one version of a key holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Value {
+    /// A value small enough to live in the WAL and the memtable.
+    Inline(Box<[u8]>),
+    /// A value stored once in the value log.
+    Separated(Pointer),
+    /// A delete.
+    Tombstone,
+}
+
+impl Value {
+    fn footprint(&self) -> usize {
+        match self {
+            Value::Inline(v) => v.len(),
+            Value::Separated(_) => std::mem::size_of::<Pointer>(),
+            Value::Tombstone => 0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct MemKey {
+    ks: KeyspaceId,
+    key: Box<[u8]>,
+    seq: u64,
+}
+
+impl MemKey {
+    fn new(ks: KeyspaceId, key: &[u8], seq: u64) -> Self {
+        MemKey {
+            ks,
+            key: key.into(),
+            seq,
+        }
+    }
+}
+
+impl Ord for MemKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.ks
+            .cmp(&other.ks)
+            .then_with(|| self.key.cmp(&other.key))
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+impl PartialOrd for MemKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Per-entry bookkeeping the skip list adds, for the size estimate.
+const ENTRY_OVERHEAD: usize = 64;
+
+/// The concurrent multi-version map.
+#[derive(Debug, Default)]
+pub(crate) struct Memtable {
+    map: SkipMap<MemKey, Value>,
+    bytes: AtomicUsize,
+}
+
+impl Memtable {
+    /// Adds the version `seq` of `key`. A second insert of the same `(key, seq)` (a batch
+    /// that writes a key twice) replaces the first: the later operation wins.
+    pub(crate) fn insert(&self, ks: KeyspaceId, key: &[u8], seq: u64, value: Value) {
+        let size = key.len() + value.footprint() + ENTRY_OVERHEAD;
+        self.map.insert(MemKey::new(ks, key, seq), value);
+        self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
+    }
+
+    /// The approximate memory the entries use, in bytes.
+    pub(crate) fn approximate_bytes(&self) -> usize {
+        self.bytes.load(AtomicOrdering::Relaxed)
+    }
+
+    /// The number of versions held.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The newest version of `key` with a sequence at or below `at`.
+    pub(crate) fn get(&self, ks: KeyspaceId, key: &[u8], at: u64) -> Option<(u64, Value)> {
+        let probe = MemKey::new(ks, key, at);
+        let e = self.map.lower_bound(Bound::Included(&probe))?;
+        let k = e.key();
+        (k.ks == ks && *k.key == *key).then(|| (k.seq, e.value().clone()))
+    }
+
+    /// The first key after `from` (in key order, within `ks`) that has a version at or
+    /// below `at`, with that version. Tombstones are returned: a caller merging with
+    /// older data needs them to hide it.
+    pub(crate) fn next_at(
+        &self,
+        ks: KeyspaceId,
+        from: Bound<&[u8]>,
+        at: u64,
+    ) -> Option<(Box<[u8]>, u64, Value)> {
+        let mut probe = match from {
+            Bound::Included(k) => Bound::Included(MemKey::new(ks, k, u64::MAX)),
+            Bound::Excluded(k) => Bound::Excluded(MemKey::new(ks, k, 0)),
+            Bound::Unbounded => Bound::Included(MemKey::new(ks, &[], u64::MAX)),
+        };
+        loop {
+            let e = self.map.lower_bound(probe.as_ref())?;
+            let k = e.key();
+            if k.ks != ks {
+                return None;
+            }
+            if k.seq <= at {
+                return Some((k.key.clone(), k.seq, e.value().clone()));
+            }
+            // Every version seen so far is too new: jump to the newest one we may see.
+            probe = Bound::Included(MemKey::new(ks, &k.key, at));
+        }
+    }
+
+    /// The last key before `to` (in key order, within `ks`) that has a version at or
+    /// below `at`, with that version; tombstones included, as for [`Memtable::next_at`].
+    pub(crate) fn prev_at(
+        &self,
+        ks: KeyspaceId,
+        to: Bound<&[u8]>,
+        at: u64,
+    ) -> Option<(Box<[u8]>, u64, Value)> {
+        debug_assert!(ks < KeyspaceId::MAX);
+        let mut probe = match to {
+            Bound::Included(k) => Bound::Included(MemKey::new(ks, k, 0)),
+            Bound::Excluded(k) => Bound::Excluded(MemKey::new(ks, k, u64::MAX)),
+            Bound::Unbounded => Bound::Excluded(MemKey::new(ks + 1, &[], u64::MAX)),
+        };
+        loop {
+            let e = self.map.upper_bound(probe.as_ref())?;
+            let k = e.key();
+            if k.ks != ks {
+                return None;
+            }
+            // `e` is the oldest version of its key; look for the newest one we may see.
+            if let Some((seq, v)) = self.get(ks, &k.key, at) {
+                return Some((k.key.clone(), seq, v));
+            }
+            probe = Bound::Excluded(MemKey::new(ks, &k.key, u64::MAX));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inline(v: &[u8]) -> Value {
+        Value::Inline(v.into())
+    }
+
+    #[test]
+    fn reads_at_a_sequence_see_the_newest_version_at_or_below_it() {
+        let m = Memtable::default();
+        m.insert(0, b"k", 5, inline(b"five"));
+        m.insert(0, b"k", 9, Value::Tombstone);
+        m.insert(0, b"k", 12, inline(b"twelve"));
+        m.insert(1, b"k", 7, inline(b"other keyspace"));
+        assert_eq!(m.get(0, b"k", 4), None);
+        assert_eq!(m.get(0, b"k", 5), Some((5, inline(b"five"))));
+        assert_eq!(m.get(0, b"k", 8), Some((5, inline(b"five"))));
+        assert_eq!(m.get(0, b"k", 9), Some((9, Value::Tombstone)));
+        assert_eq!(m.get(0, b"k", u64::MAX), Some((12, inline(b"twelve"))));
+        assert_eq!(m.get(1, b"k", 6), None);
+        assert_eq!(m.get(0, b"j", 100), None);
+        assert_eq!(m.len(), 4);
+        assert!(m.approximate_bytes() >= 4 * ENTRY_OVERHEAD);
+    }
+
+    #[test]
+    fn stepping_both_ways_skips_versions_too_new() {
+        let m = Memtable::default();
+        m.insert(0, b"a", 3, inline(b"a3"));
+        m.insert(0, b"b", 8, inline(b"b8")); // too new for a reader at 5
+        m.insert(0, b"c", 2, inline(b"c2"));
+        m.insert(0, b"c", 4, Value::Tombstone);
+        m.insert(0, b"c", 6, inline(b"c6"));
+        m.insert(1, b"a", 1, inline(b"x"));
+        let fwd = |from: Bound<&[u8]>| m.next_at(0, from, 5).map(|(k, s, _)| (k.to_vec(), s));
+        assert_eq!(fwd(Bound::Unbounded), Some((b"a".to_vec(), 3)));
+        assert_eq!(fwd(Bound::Excluded(b"a")), Some((b"c".to_vec(), 4)));
+        assert_eq!(fwd(Bound::Included(b"c")), Some((b"c".to_vec(), 4)));
+        assert_eq!(fwd(Bound::Excluded(b"c")), None);
+        let back = |to: Bound<&[u8]>| m.prev_at(0, to, 5).map(|(k, s, _)| (k.to_vec(), s));
+        assert_eq!(back(Bound::Unbounded), Some((b"c".to_vec(), 4)));
+        assert_eq!(back(Bound::Excluded(b"c")), Some((b"a".to_vec(), 3)));
+        assert_eq!(back(Bound::Included(b"b")), Some((b"a".to_vec(), 3)));
+        assert_eq!(back(Bound::Excluded(b"a")), None);
+        assert_eq!(
+            m.prev_at(1, Bound::Unbounded, 5)
+                .map(|(k, _, _)| k.to_vec()),
+            Some(b"a".to_vec())
+        );
+    }
+
+    #[test]
+    fn a_key_written_twice_in_one_batch_keeps_the_later_value() {
+        let m = Memtable::default();
+        m.insert(0, b"k", 3, inline(b"first"));
+        m.insert(0, b"k", 3, inline(b"second"));
+        assert_eq!(m.get(0, b"k", 3), Some((3, inline(b"second"))));
+    }
+}

@@ -1,0 +1,300 @@
+//! The write-ahead log: numbered segment files `wal-NNNNNNNN.log` of checksummed blocks
+//! ([`format`]), written by the group-commit leader ([`group`]) and made durable under
+//! one sync watermark ([`sync`]).
+//!
+//! Each segment begins with a header record (magic, format version, segment number).
+//! Every later record is one group commit and is stamped with the durable sequence at
+//! the time it was written. That stamp is what tells a torn tail from corruption on
+//! recovery: when a record is unreadable (or points past the value log's valid end),
+//! the reader keeps looking. If a later readable record says the lost sequence had
+//! already been made durable, bytes that were once durable are damaged, and recovery
+//! fails with [`Error::Corruption`] (unless the caller accepts a prefix). Otherwise the
+//! damage is the tail of writes that no sync covered, which no writer was told were
+//! durable; the log is cut there.
+//!
+//! A new segment is started at every open and whenever the active one passes the
+//! segment size; the old one is synced first, so a sync of the active segment covers
+//! everything before it.
+
+pub(crate) mod format;
+pub(crate) mod group;
+pub(crate) mod sync;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::io::{OpenMode, Vfs, VfsFile};
+use crate::{Error, Result};
+use format::{Found, Group, Op};
+
+/// The WAL format version this build writes and the newest it reads.
+pub(crate) const VERSION: u32 = 1;
+
+const PREFIX: &str = "wal-";
+const SUFFIX: &str = ".log";
+
+/// The file name of segment `id`.
+pub(crate) fn segment_name(id: u32) -> String {
+    format!("{PREFIX}{id:08}{SUFFIX}")
+}
+
+fn parse_segment_name(name: &str) -> Option<u32> {
+    name.strip_prefix(PREFIX)?
+        .strip_suffix(SUFFIX)?
+        .parse()
+        .ok()
+}
+
+#[derive(Debug)]
+struct Writer {
+    id: u32,
+    file: Arc<dyn VfsFile>,
+    len: u64,
+}
+
+/// The write-ahead log of one database directory.
+#[derive(Debug)]
+pub(crate) struct Wal {
+    vfs: Arc<dyn Vfs>,
+    dir: PathBuf,
+    segment_size: u64,
+    /// Locked only by the group-commit leader (and by close).
+    writer: Mutex<Writer>,
+    /// The active segment, for syncs that run beside the next leader's write.
+    current: Mutex<Arc<dyn VfsFile>>,
+    bytes_written: AtomicU64,
+    syncs: AtomicU64,
+}
+
+/// What recovery found: the groups to replay and where the log ends.
+#[derive(Debug)]
+pub(crate) struct Recovered {
+    /// Groups above the applied sequence, in order (a group that straddles it keeps only
+    /// its batches above it).
+    pub(crate) groups: Vec<Group>,
+    /// The last sequence in the log (or the applied one, if higher).
+    pub(crate) last_seq: u64,
+    /// Whether a torn tail was cut off.
+    pub(crate) cut_tail: bool,
+}
+
+impl Wal {
+    /// Reads every segment in `dir`, returns the groups above `applied`, cuts the log
+    /// after its last good record (durably), and starts a new segment for writes.
+    /// `holds` says whether an op's value-log pointer is valid; an op that points past
+    /// the value log's end ends the log like a torn record does.
+    pub(crate) fn recover(
+        vfs: Arc<dyn Vfs>,
+        dir: &Path,
+        segment_size: u64,
+        applied: u64,
+        accept_prefix: bool,
+        mut holds: impl FnMut(&Op) -> Result<bool>,
+    ) -> Result<(Wal, Recovered)> {
+        let mut ids: Vec<u32> = vfs
+            .list(dir)?
+            .iter()
+            .filter_map(|n| parse_segment_name(n))
+            .collect();
+        ids.sort_unstable();
+        let mut found = Vec::new();
+        for &id in &ids {
+            let path = dir.join(segment_name(id));
+            let file = vfs.open(&path, OpenMode::Existing)?;
+            let mut data = vec![0; usize::try_from(file.len()?).unwrap_or(usize::MAX)];
+            file.read_exact_at(&mut data, 0)?;
+            let mut reader = format::Reader::new(&data);
+            match reader.next() {
+                Some(Found::Record { payload, .. }) => match format::parse_segment_header(&payload)
+                {
+                    Some((v, _)) if v > VERSION => {
+                        return Err(Error::UnsupportedVersion {
+                            path,
+                            found: v,
+                            supported: VERSION,
+                        })
+                    }
+                    Some((_, hid)) if hid == id => {}
+                    _ => found.push((id, bad(0, "not a WAL segment header"))),
+                },
+                Some(b @ Found::Bad { .. }) => found.push((id, b)),
+                None => found.push((id, bad(0, "empty segment"))),
+            }
+            found.extend(reader.map(|f| (id, f)));
+        }
+
+        let mut groups = Vec::new();
+        let mut last: Option<u64> = None;
+        let mut cut = None;
+        let mut items = found.into_iter();
+        for (id, f) in items.by_ref() {
+            let (offset, payload) = match f {
+                Found::Record { offset, payload } => (offset, payload),
+                Found::Bad { offset, reason } => {
+                    cut = Some((id, offset, reason));
+                    break;
+                }
+            };
+            let corrupt =
+                |reason: String| Error::corruption(dir.join(segment_name(id)), offset, reason);
+            let g = format::decode_group(&payload).map_err(|r| corrupt(r.to_string()))?;
+            match last {
+                Some(l) if g.first != l + 1 => {
+                    return Err(corrupt(format!("sequence {} follows {l}", g.first)))
+                }
+                None if g.first > applied + 1 => {
+                    return Err(corrupt(format!(
+                        "the log starts at sequence {} but only {applied} were applied",
+                        g.first
+                    )))
+                }
+                _ => {}
+            }
+            let mut dangling = false;
+            for op in g.batches.iter().flatten() {
+                if !holds(op)? {
+                    dangling = true;
+                    break;
+                }
+            }
+            if dangling {
+                cut = Some((id, offset, "entry points past the value log's valid end"));
+                break;
+            }
+            last = Some(g.last());
+            groups.push(g);
+        }
+
+        let cut_tail = cut.is_some();
+        if let Some((id, offset, reason)) = cut {
+            let lost = last.map_or(applied + 1, |l| l + 1);
+            if !accept_prefix {
+                for (later_id, f) in items {
+                    let Found::Record {
+                        offset: at,
+                        payload,
+                    } = f
+                    else {
+                        continue;
+                    };
+                    let Ok(g) = format::decode_group(&payload) else {
+                        continue;
+                    };
+                    if g.durable >= lost {
+                        return Err(Error::corruption(
+                            dir.join(segment_name(id)),
+                            offset,
+                            format!(
+                                "{reason}, but the record at offset {at} of {} shows sequence \
+                                 {lost} had been made durable",
+                                segment_name(later_id)
+                            ),
+                        ));
+                    }
+                }
+            }
+            cut_log(vfs.as_ref(), dir, &ids, id, offset)?;
+        }
+
+        for g in &mut groups {
+            if g.first <= applied {
+                let skip = usize::try_from(applied - g.first + 1).unwrap_or(usize::MAX);
+                g.batches.drain(..skip.min(g.batches.len()));
+                g.first = applied + 1;
+            }
+        }
+        groups.retain(|g| !g.batches.is_empty());
+        let next_id = ids.last().map_or(1, |i| i + 1);
+        let writer = create_segment(vfs.as_ref(), dir, next_id)?;
+        let wal = Wal {
+            current: Mutex::new(Arc::clone(&writer.file)),
+            writer: Mutex::new(writer),
+            vfs,
+            dir: dir.to_path_buf(),
+            segment_size,
+            bytes_written: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+        };
+        let recovered = Recovered {
+            groups,
+            last_seq: last.unwrap_or(0).max(applied),
+            cut_tail,
+        };
+        Ok((wal, recovered))
+    }
+
+    /// Appends one record (a group's payload). Not durable until [`Wal::sync`]. Only the
+    /// group-commit leader calls this, so records land in sequence order.
+    pub(crate) fn append(&self, payload: &[u8]) -> Result<()> {
+        let mut w = self.writer.lock();
+        if w.len >= self.segment_size {
+            w.file.sync()?;
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+            *w = create_segment(self.vfs.as_ref(), &self.dir, w.id + 1)?;
+            *self.current.lock() = Arc::clone(&w.file);
+        }
+        let mut buf = Vec::with_capacity(payload.len() + 64);
+        let end = format::frame(&mut buf, w.len, payload);
+        w.file.write_at(&buf, w.len)?;
+        w.len = end;
+        self.bytes_written
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Makes everything appended so far durable.
+    pub(crate) fn sync(&self) -> Result<()> {
+        let file = Arc::clone(&self.current.lock());
+        file.sync()?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Bytes written since open (fragment headers and padding included).
+    pub(crate) fn bytes_written(&self) -> u64 {
+        self.bytes_written.load(Ordering::Relaxed)
+    }
+
+    /// Syncs issued since open.
+    pub(crate) fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+}
+
+fn bad(offset: u64, reason: &'static str) -> Found {
+    Found::Bad { offset, reason }
+}
+
+/// Creates segment `id` with its header record, durable in the directory.
+fn create_segment(vfs: &dyn Vfs, dir: &Path, id: u32) -> Result<Writer> {
+    let file = vfs.open(&dir.join(segment_name(id)), OpenMode::CreateNew)?;
+    let mut buf = Vec::new();
+    let len = format::frame(&mut buf, 0, &format::segment_header(VERSION, id));
+    file.write_at(&buf, 0)?;
+    file.sync()?;
+    vfs.sync_dir(dir)?;
+    Ok(Writer { id, file, len })
+}
+
+/// Cuts the log at `offset` of segment `id`: that segment is truncated (or removed, if
+/// nothing before the cut is a record) and every later one removed, durably.
+fn cut_log(vfs: &dyn Vfs, dir: &Path, ids: &[u32], id: u32, offset: u64) -> Result<()> {
+    for &later in ids.iter().filter(|&&i| i > id) {
+        vfs.remove(&dir.join(segment_name(later)))?;
+    }
+    let path = dir.join(segment_name(id));
+    if offset == 0 {
+        vfs.remove(&path)?;
+    } else {
+        let file = vfs.open(&path, OpenMode::Existing)?;
+        file.set_len(offset)?;
+        file.sync()?;
+    }
+    vfs.sync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+//! The durable-sequence watermark: which sequences a completed sync covers.
+//!
+//! At most one sync is in flight. A sync covers every group whose write finished before
+//! it started (`written` at that moment); when it returns, `durable` advances to that.
+//! A writer that needs durability waits until `durable` reaches its sequence, starting a
+//! sync itself if none is in flight. So while one sync is on the device, the groups
+//! written meanwhile gather behind the next one: one sync per group at worst, fewer
+//! under load. A failed sync is permanent (Linux may drop the dirty pages it could not
+//! write and report success later): every later wait fails.
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::{Error, Result};
+
+#[derive(Debug)]
+struct State {
+    written: u64,
+    durable: u64,
+    in_flight: bool,
+    failed: bool,
+}
+
+/// Tracks `written` and `durable` sequences and serializes syncs.
+#[derive(Debug)]
+pub(crate) struct SyncPoint {
+    st: Mutex<State>,
+    cv: Condvar,
+}
+
+impl SyncPoint {
+    /// Starts with everything up to `seq` written and durable (what recovery found).
+    pub(crate) fn new(seq: u64) -> Self {
+        SyncPoint {
+            st: Mutex::new(State {
+                written: seq,
+                durable: seq,
+                in_flight: false,
+                failed: false,
+            }),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Records that every sequence up to `seq` is written (in the OS).
+    pub(crate) fn written(&self, seq: u64) {
+        let mut st = self.st.lock();
+        st.written = st.written.max(seq);
+    }
+
+    /// The highest written sequence.
+    pub(crate) fn written_seq(&self) -> u64 {
+        self.st.lock().written
+    }
+
+    /// The highest sequence a completed sync covers.
+    pub(crate) fn durable(&self) -> u64 {
+        self.st.lock().durable
+    }
+
+    /// Whether a sync has failed.
+    pub(crate) fn failed(&self) -> bool {
+        self.st.lock().failed
+    }
+
+    /// Marks the watermark failed (a write failed, so what follows it is unknown).
+    pub(crate) fn fail(&self) {
+        self.st.lock().failed = true;
+        self.cv.notify_all();
+    }
+
+    /// Waits until every sequence up to `target` is durable, running `sync` (which must
+    /// make everything written so far durable) when no sync is in flight.
+    pub(crate) fn wait_durable(&self, target: u64, sync: impl Fn() -> Result<()>) -> Result<()> {
+        let mut st = self.st.lock();
+        loop {
+            if st.failed {
+                return Err(Error::Poisoned);
+            }
+            if st.durable >= target {
+                return Ok(());
+            }
+            if st.in_flight {
+                self.cv.wait(&mut st);
+                continue;
+            }
+            debug_assert!(st.written >= target, "waiting for an unwritten sequence");
+            st.in_flight = true;
+            let covers = st.written;
+            drop(st);
+            let r = sync();
+            st = self.st.lock();
+            st.in_flight = false;
+            match r {
+                Ok(()) => st.durable = st.durable.max(covers),
+                Err(_) => st.failed = true,
+            }
+            self.cv.notify_all();
+            r?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn one_sync_covers_everything_written_before_it() {
+        let sp = SyncPoint::new(0);
+        sp.written(5);
+        let syncs = AtomicUsize::new(0);
+        let sync = || {
+            syncs.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        };
+        sp.wait_durable(3, sync).unwrap();
+        sp.wait_durable(5, sync).unwrap();
+        assert_eq!(sp.durable(), 5);
+        assert_eq!(syncs.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_failed_sync_fails_every_later_wait() {
+        let sp = SyncPoint::new(0);
+        sp.written(1);
+        let err = sp.wait_durable(1, || Err(Error::invalid("disk gone")));
+        assert!(matches!(err, Err(Error::InvalidArgument(_))));
+        sp.written(2);
+        assert!(matches!(
+            sp.wait_durable(2, || Ok(())),
+            Err(Error::Poisoned)
+        ));
+        assert!(sp.failed());
+    }
+
+    #[test]
+    fn concurrent_waiters_share_syncs_and_all_return() {
+        let sp = Arc::new(SyncPoint::new(0));
+        let syncs = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8u64)
+            .map(|t| {
+                let (sp, syncs) = (Arc::clone(&sp), Arc::clone(&syncs));
+                std::thread::spawn(move || {
+                    for i in 0..200u64 {
+                        let seq = i * 8 + t + 1;
+                        sp.written(seq);
+                        sp.wait_durable(seq, || {
+                            syncs.fetch_add(1, Ordering::Relaxed);
+                            std::thread::sleep(std::time::Duration::from_micros(50));
+                            Ok(())
+                        })
+                        .unwrap();
+                        assert!(sp.durable() >= seq);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let n = syncs.load(Ordering::Relaxed);
+        assert!(n < 1600, "{n} syncs for 1600 waits: none was shared");
+    }
+}
