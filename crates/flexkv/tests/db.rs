@@ -1,0 +1,386 @@
+//! The `Db` API: reads and writes, keyspaces, batches, limits and bad input, snapshots,
+//! iterators, value separation, reopening, locking and refusing foreign directories.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use flexkv::io::{FaultVfs, OpenMode, Vfs};
+use flexkv::{Db, Durability, Error, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
+
+const DIR: &str = "/db";
+
+fn open(vfs: &FaultVfs) -> Db {
+    Db::builder(DIR).vfs(vfs.shared()).open().unwrap()
+}
+
+fn open_small_values(vfs: &FaultVfs) -> Db {
+    Db::builder(DIR)
+        .vfs(vfs.shared())
+        .value_threshold(16)
+        .open()
+        .unwrap()
+}
+
+fn all(it: flexkv::Iter) -> Vec<(Vec<u8>, Vec<u8>)> {
+    it.map(|r| r.unwrap()).collect()
+}
+
+fn kv(k: &str, v: &str) -> (Vec<u8>, Vec<u8>) {
+    (k.as_bytes().to_vec(), v.as_bytes().to_vec())
+}
+
+#[test]
+fn puts_gets_deletes_and_empty_values() {
+    let vfs = FaultVfs::new(1);
+    let db = open(&vfs);
+    assert_eq!(db.get(b"a").unwrap(), None);
+    db.put(b"a", b"1").unwrap();
+    db.put(b"empty", b"").unwrap();
+    assert_eq!(db.get(b"a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(db.get(b"empty").unwrap(), Some(vec![]), "an empty value is a value");
+    assert!(db.contains(b"empty").unwrap());
+    db.delete(b"empty").unwrap();
+    assert!(!db.contains(b"empty").unwrap());
+    assert_eq!(db.get(b"empty").unwrap(), None);
+    db.delete(b"never-there").unwrap();
+    db.put(b"", b"empty key").unwrap();
+    assert_eq!(db.get(b"").unwrap(), Some(b"empty key".to_vec()));
+}
+
+#[test]
+fn keyspaces_are_separate_and_survive_a_reopen() {
+    let vfs = FaultVfs::new(2);
+    let db = open(&vfs);
+    let users = db.keyspace("users").unwrap();
+    let items = db.keyspace("items.v2").unwrap();
+    users.put(b"k", b"user").unwrap();
+    items.put(b"k", b"item").unwrap();
+    assert_eq!(db.get(b"k").unwrap(), None);
+    assert_eq!(users.get(b"k").unwrap(), Some(b"user".to_vec()));
+    assert_eq!(items.get(b"k").unwrap(), Some(b"item".to_vec()));
+    assert_eq!(db.keyspace("users").unwrap().get(b"k").unwrap(), Some(b"user".to_vec()));
+    db.close().unwrap();
+    let db = open(&vfs);
+    let names: Vec<_> = db.keyspaces().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["default", "items.v2", "users"]);
+    assert_eq!(db.keyspace("items.v2").unwrap().get(b"k").unwrap(), Some(b"item".to_vec()));
+    assert_eq!(db.keyspace("users").unwrap().get(b"k").unwrap(), Some(b"user".to_vec()));
+}
+
+#[test]
+fn a_batch_across_keyspaces_is_one_sequence() {
+    let vfs = FaultVfs::new(3);
+    let db = open(&vfs);
+    let a = db.keyspace("a").unwrap();
+    let mut b = WriteBatch::new();
+    b.put(&a, b"x", b"1").unwrap();
+    b.put(&db.default_keyspace(), b"y", b"2").unwrap();
+    b.put(&a, b"x", b"3").unwrap(); // later op on the same key wins
+    b.delete(&a, b"z").unwrap();
+    assert_eq!(b.len(), 4);
+    let before = db.snapshot();
+    let seq = db.write(b).unwrap();
+    assert_eq!(seq, before.seq() + 1);
+    assert_eq!(a.get(b"x").unwrap(), Some(b"3".to_vec()));
+    assert_eq!(db.get(b"y").unwrap(), Some(b"2".to_vec()));
+    assert_eq!(before.get(b"y").unwrap(), None);
+    assert_eq!(db.write(WriteBatch::new()).unwrap(), seq, "an empty batch writes nothing");
+}
+
+/// Every limit and bad input gets `InvalidArgument` naming the limit, and leaves the
+/// database unchanged.
+#[test]
+fn limits_and_bad_input_are_refused_before_anything_is_written() {
+    let vfs = FaultVfs::new(4);
+    let db = open(&vfs);
+    db.put(b"keep", b"me").unwrap();
+    let before = db.stats();
+    let long_key = vec![b'k'; MAX_KEY_LEN + 1];
+    let huge_value = vec![0u8; MAX_VALUE_LEN + 1];
+    let expect = |r: flexkv::Result<()>, what: &str| match r {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains(what), "{m:?} lacks {what}"),
+        other => panic!("expected InvalidArgument naming {what}, got {other:?}"),
+    };
+    expect(db.put(&long_key, b"v"), "MAX_KEY_LEN");
+    expect(db.delete(&long_key), "MAX_KEY_LEN");
+    expect(db.get(&long_key).map(drop), "MAX_KEY_LEN");
+    expect(db.put(b"k", &huge_value), "MAX_VALUE_LEN");
+    let mut b = WriteBatch::new();
+    expect(b.put(&db.default_keyspace(), &long_key, b"").map(drop), "MAX_KEY_LEN");
+    for _ in 0..4 {
+        b.put(&db.default_keyspace(), b"k", &vec![0u8; 60 << 20]).unwrap();
+    }
+    expect(
+        b.put(&db.default_keyspace(), b"k", &vec![0u8; 60 << 20]).map(drop),
+        "MAX_BATCH_BYTES",
+    );
+    assert_eq!(b.len(), 4, "a refused op is not added");
+    drop(b);
+    for name in ["", "has space", "slash/no", &"n".repeat(65), "ünï"] {
+        expect(db.keyspace(name).map(drop), "MAX_KEYSPACE_NAME_LEN");
+    }
+    assert!(db.keyspace(&"n".repeat(64)).is_ok());
+    let other = Db::builder("/other").vfs(vfs.shared()).open().unwrap();
+    let mut mixed = WriteBatch::new();
+    mixed.put(&db.default_keyspace(), b"a", b"1").unwrap();
+    expect(
+        mixed.put(&other.default_keyspace(), b"b", b"2").map(drop),
+        "another",
+    );
+    let mut foreign = WriteBatch::new();
+    foreign.put(&other.default_keyspace(), b"b", b"2").unwrap();
+    expect(db.write(foreign).map(drop), "another database");
+    let after = db.stats();
+    assert_eq!(after.batches, before.batches, "nothing was written");
+    assert_eq!(after.wal_bytes, before.wal_bytes);
+    assert_eq!(all(db.iter()), vec![kv("keep", "me")]);
+}
+
+#[test]
+fn batch_op_count_is_limited() {
+    let vfs = FaultVfs::new(5);
+    let db = open(&vfs);
+    let ks = db.default_keyspace();
+    let mut b = WriteBatch::new();
+    for _ in 0..flexkv::MAX_BATCH_OPS {
+        b.delete(&ks, b"").unwrap();
+    }
+    match b.delete(&ks, b"") {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("MAX_BATCH_OPS"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn large_values_go_to_the_value_log_once_and_read_back_after_reopen() {
+    let vfs = FaultVfs::new(6);
+    let db = open_small_values(&vfs);
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    db.put(b"big", &big).unwrap();
+    db.put(b"small", b"tiny").unwrap();
+    db.put(b"edge", &[9u8; 16]).unwrap(); // exactly the threshold: separated
+    let s = db.stats();
+    assert!(s.vlog_bytes >= 100_016 && s.vlog_bytes < 100_200, "{s:?}");
+    assert!(s.wal_bytes < 1000, "the WAL holds pointers, not values: {s:?}");
+    assert_eq!(s.vlog_live_bytes, s.vlog_bytes);
+    assert_eq!(db.get(b"big").unwrap(), Some(big.clone()));
+    db.close().unwrap();
+    let db = open_small_values(&vfs);
+    assert_eq!(db.get(b"big").unwrap(), Some(big.clone()));
+    assert_eq!(db.get(b"edge").unwrap(), Some(vec![9u8; 16]));
+    assert_eq!(db.get(b"small").unwrap(), Some(b"tiny".to_vec()));
+    assert_eq!(db.stats().vlog_live_bytes, s.vlog_bytes, "rebuilt by replay");
+    let snap = db.snapshot();
+    db.put(b"big", b"replaced").unwrap();
+    assert_eq!(snap.get(b"big").unwrap(), Some(big));
+}
+
+#[test]
+fn iterators_go_both_ways_within_bounds() {
+    let vfs = FaultVfs::new(7);
+    let db = open_small_values(&vfs);
+    for k in ["a", "ab", "abc", "b", "ba", "c"] {
+        db.put(k.as_bytes(), format!("v-{k}-{}", "x".repeat(k.len() * 8)).as_bytes())
+            .unwrap();
+    }
+    db.delete(b"ba").unwrap();
+    fn keys(it: impl Iterator<Item = flexkv::Result<(Vec<u8>, Vec<u8>)>>) -> Vec<String> {
+        it.map(|r| String::from_utf8(r.unwrap().0).unwrap()).collect()
+    }
+    assert_eq!(keys(db.iter()), ["a", "ab", "abc", "b", "c"]);
+    assert_eq!(keys(db.iter().rev()), ["c", "b", "abc", "ab", "a"]);
+    assert_eq!(keys(db.prefix(b"ab")), ["ab", "abc"]);
+    assert_eq!(keys(db.prefix(b"b")), ["b"]);
+    assert_eq!(keys(db.range(&b"ab"[..]..&b"b"[..])), ["ab", "abc"]);
+    assert_eq!(keys(db.range(&b"ab"[..]..=&b"b"[..])), ["ab", "abc", "b"]);
+    assert_eq!(keys(db.range(&b"b"[..]..)), ["b", "c"]);
+    assert_eq!(keys(db.range(..&b"ab"[..]).rev()), ["a"]);
+    let mut it = db.iter();
+    assert_eq!(it.next().unwrap().unwrap().0, b"a");
+    assert_eq!(it.next_back().unwrap().unwrap().0, b"c");
+    assert_eq!(it.next_back().unwrap().unwrap().0, b"b");
+    assert_eq!(it.next().unwrap().unwrap().0, b"ab");
+    assert_eq!(it.next().unwrap().unwrap().0, b"abc");
+    assert!(it.next().is_none() && it.next_back().is_none(), "the ends met");
+    let (k, v) = db.prefix(b"abc").next().unwrap().unwrap();
+    assert_eq!((k, v), kv("abc", &format!("v-abc-{}", "x".repeat(24))));
+}
+
+#[test]
+fn an_iterator_reads_one_sequence_and_holds_it_as_a_snapshot() {
+    let vfs = FaultVfs::new(8);
+    let db = open(&vfs);
+    for i in 0..10u8 {
+        db.put(&[i], &[i]).unwrap();
+    }
+    let mut it = db.iter();
+    assert_eq!(db.stats().live_snapshots, 1);
+    assert_eq!(it.next().unwrap().unwrap().0, vec![0]);
+    db.delete(&[5]).unwrap();
+    db.put(&[20], b"late").unwrap();
+    db.put(&[3], b"changed").unwrap();
+    let rest: Vec<_> = it.map(|r| r.unwrap()).collect();
+    assert_eq!(rest.len(), 9);
+    assert!(rest.iter().all(|(k, v)| k == v), "saw a later write: {rest:?}");
+    assert_eq!(db.stats().live_snapshots, 0, "released on drop");
+    assert_eq!(db.stats().oldest_snapshot, None);
+}
+
+#[test]
+fn a_snapshot_sees_exactly_what_came_before_it_in_every_keyspace() {
+    let vfs = FaultVfs::new(9);
+    let db = open(&vfs);
+    let other = db.keyspace("other").unwrap();
+    db.put(b"k", b"old").unwrap();
+    other.put(b"k", b"old-other").unwrap();
+    let snap = db.snapshot();
+    db.put(b"k", b"new").unwrap();
+    other.delete(b"k").unwrap();
+    db.put(b"n", b"new").unwrap();
+    assert_eq!(snap.get(b"k").unwrap(), Some(b"old".to_vec()));
+    assert!(!snap.contains(b"n").unwrap());
+    let snap_other = snap.keyspace(&other).unwrap();
+    assert_eq!(snap_other.get(b"k").unwrap(), Some(b"old-other".to_vec()));
+    assert_eq!(all(snap.iter()), vec![kv("k", "old")]);
+    assert_eq!(all(snap_other.prefix(b"k")), vec![kv("k", "old-other")]);
+    assert_eq!(db.stats().oldest_snapshot, Some(snap.seq()));
+    drop(snap);
+    assert_eq!(db.stats().live_snapshots, 1, "the keyspace view shares the guard");
+    drop(snap_other);
+    assert_eq!(db.stats().live_snapshots, 0);
+}
+
+#[test]
+fn buffered_writes_are_acknowledged_without_a_sync_and_made_durable_by_db_sync() {
+    let vfs = FaultVfs::new(10);
+    let db = open(&vfs);
+    db.put(b"synced", b"1").unwrap();
+    let syncs = db.stats().wal_syncs;
+    let ks = db.default_keyspace();
+    for i in 0..10u8 {
+        ks.put_with(&[i], b"b", Durability::Buffered).unwrap();
+    }
+    assert_eq!(db.stats().wal_syncs, syncs, "buffered writes do not sync");
+    assert_eq!(ks.get(&[3]).unwrap(), Some(b"b".to_vec()), "visible at once");
+    db.sync().unwrap();
+    assert_eq!(db.stats().durable_seq, db.stats().visible_seq);
+    std::mem::forget(db); // no clean close: only what sync made durable counts
+    vfs.crash(flexkv::io::CrashMode::DropUnsynced);
+    let db = open(&vfs);
+    assert_eq!(all(db.iter()).len(), 11);
+}
+
+#[test]
+fn close_makes_buffered_writes_durable_and_later_use_is_refused() {
+    let vfs = FaultVfs::new(11);
+    let db = open(&vfs);
+    let ks = db.default_keyspace();
+    ks.put_with(b"b", b"1", Durability::Buffered).unwrap();
+    let snap = db.snapshot();
+    db.close().unwrap();
+    assert!(matches!(ks.put(b"x", b"y"), Err(Error::Closed)));
+    assert!(matches!(ks.get(b"b"), Err(Error::Closed)));
+    assert!(matches!(snap.iter().next(), Some(Err(Error::Closed))));
+    vfs.crash(flexkv::io::CrashMode::DropUnsynced);
+    // The lock was released by close, although handles are alive.
+    let db = open(&vfs);
+    assert_eq!(db.get(b"b").unwrap(), Some(b"1".to_vec()));
+}
+
+#[test]
+fn a_second_open_is_locked_out_until_the_first_closes() {
+    let vfs = FaultVfs::new(12);
+    let db = open(&vfs);
+    let second = Db::builder(DIR).vfs(vfs.shared()).open();
+    assert!(matches!(second, Err(Error::Locked(_))), "{second:?}");
+    let ks = db.default_keyspace();
+    drop(db);
+    assert!(matches!(Db::builder(DIR).vfs(vfs.shared()).open(), Err(Error::Locked(_))));
+    drop(ks); // the last handle: closes
+    open(&vfs);
+}
+
+#[test]
+fn a_foreign_directory_is_refused_and_left_untouched() {
+    let vfs = FaultVfs::new(13);
+    vfs.create_dir_all(Path::new("/photos")).unwrap();
+    let f = vfs.open(Path::new("/photos/cat.jpg"), OpenMode::CreateNew).unwrap();
+    f.write_at(b"jpeg", 0).unwrap();
+    let r = Db::builder("/photos").vfs(vfs.shared()).open();
+    assert!(matches!(r, Err(Error::NotADatabase { .. })), "{r:?}");
+    assert_eq!(vfs.list(Path::new("/photos")).unwrap(), vec!["cat.jpg"]);
+    let r = Db::builder("/missing")
+        .vfs(vfs.shared())
+        .create_if_missing(false)
+        .open();
+    assert!(matches!(r, Err(Error::NotADatabase { .. })), "{r:?}");
+    assert!(!vfs.exists(Path::new("/missing")).unwrap());
+    // A MANIFEST that is not ours.
+    vfs.create_dir_all(Path::new("/fake")).unwrap();
+    let f = vfs.open(Path::new("/fake/MANIFEST"), OpenMode::CreateNew).unwrap();
+    f.write_at(b"not a manifest at all, no", 0).unwrap();
+    let r = Db::builder("/fake").vfs(vfs.shared()).open();
+    assert!(matches!(r, Err(Error::NotADatabase { .. })), "{r:?}");
+    assert_eq!(vfs.list(Path::new("/fake")).unwrap(), vec!["MANIFEST"]);
+}
+
+#[test]
+fn a_database_from_a_newer_version_is_refused_and_left_untouched() {
+    let vfs = FaultVfs::new(14);
+    open(&vfs).close().unwrap();
+    let path = Path::new(DIR).join("MANIFEST");
+    let mut m = vfs.contents(&path).unwrap();
+    m[8] = 9; // the version field
+    vfs.set_contents(&path, m).unwrap();
+    let names = vfs.list(Path::new(DIR)).unwrap();
+    let r = Db::builder(DIR).vfs(vfs.shared()).open();
+    assert!(matches!(r, Err(Error::UnsupportedVersion { found: 9, .. })), "{r:?}");
+    assert_eq!(vfs.list(Path::new(DIR)).unwrap(), names);
+}
+
+#[test]
+fn bad_options_are_refused() {
+    let vfs = FaultVfs::new(15);
+    let r = Db::builder(DIR).vfs(vfs.shared()).wal_segment_size(100).open();
+    assert!(matches!(r, Err(Error::InvalidArgument(m)) if m.contains("wal_segment_size")));
+    assert!(!vfs.exists(Path::new(DIR)).unwrap());
+}
+
+#[test]
+fn a_failed_sync_poisons_writes_until_reopen() {
+    let vfs = FaultVfs::new(16);
+    let db = open(&vfs);
+    db.put(b"a", b"1").unwrap();
+    vfs.fail_after(1); // the next operation: the WAL write
+    assert!(matches!(db.put(b"b", b"2"), Err(Error::Io { .. })));
+    assert!(matches!(db.put(b"c", b"3"), Err(Error::Poisoned)));
+    assert!(matches!(db.sync(), Err(Error::Poisoned)));
+    assert_eq!(db.get(b"a").unwrap(), Some(b"1".to_vec()), "reads still work");
+    drop(db);
+    let db = open(&vfs);
+    db.put(b"c", b"3").unwrap();
+    assert_eq!(all(db.iter()), vec![kv("a", "1"), kv("c", "3")]);
+    // And a failing sync (not write) poisons too.
+    let ops = vfs.op_count();
+    db.put(b"d", b"4").unwrap();
+    let per_put = vfs.op_count() - ops;
+    vfs.fail_after(per_put); // the last op of a put: its sync
+    assert!(db.put(b"e", b"5").is_err());
+    assert!(matches!(db.put(b"f", b"6"), Err(Error::Poisoned)));
+}
+
+#[test]
+fn the_real_file_system_works_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::builder(dir.path()).value_threshold(100).open().unwrap();
+    db.put(b"k", &[7u8; 5000]).unwrap();
+    db.put(b"s", b"small").unwrap();
+    assert!(matches!(Db::open(dir.path()), Err(Error::Locked(_))));
+    db.close().unwrap();
+    let db = Db::open(dir.path()).unwrap();
+    assert_eq!(db.get(b"k").unwrap(), Some(vec![7u8; 5000]));
+    assert_eq!(db.get(b"s").unwrap(), Some(b"small".to_vec()));
+    let db = Arc::new(db);
+    assert_eq!(db.stats().visible_seq, 2);
+}
