@@ -4,6 +4,7 @@
 mod baseline;
 mod paper_flexspace;
 mod paper_flextree;
+mod wal_sync;
 
 use clap::{Parser, Subcommand};
 
@@ -22,11 +23,14 @@ enum Command {
     /// Table 2 of the FlexSpace paper: random inserts, random writes and sequential writes
     /// into FlexSpace against a plain file (pwrite, fallocate insert-range, rewriting).
     PaperFlexspace(paper_flexspace::Args),
+    /// Group commit: Sync puts from 1–16 threads against one fdatasync per write.
+    WalSync(wal_sync::Args),
 }
 
 fn main() {
     match Cli::parse().command {
         Command::PaperFlextree(args) => paper_flextree::run(&args),
         Command::PaperFlexspace(args) => paper_flexspace::run(&args),
+        Command::WalSync(args) => wal_sync::run(&args),
     }
 }

@@ -38,7 +38,11 @@ fn puts_gets_deletes_and_empty_values() {
     db.put(b"a", b"1").unwrap();
     db.put(b"empty", b"").unwrap();
     assert_eq!(db.get(b"a").unwrap(), Some(b"1".to_vec()));
-    assert_eq!(db.get(b"empty").unwrap(), Some(vec![]), "an empty value is a value");
+    assert_eq!(
+        db.get(b"empty").unwrap(),
+        Some(vec![]),
+        "an empty value is a value"
+    );
     assert!(db.contains(b"empty").unwrap());
     db.delete(b"empty").unwrap();
     assert!(!db.contains(b"empty").unwrap());
@@ -59,13 +63,22 @@ fn keyspaces_are_separate_and_survive_a_reopen() {
     assert_eq!(db.get(b"k").unwrap(), None);
     assert_eq!(users.get(b"k").unwrap(), Some(b"user".to_vec()));
     assert_eq!(items.get(b"k").unwrap(), Some(b"item".to_vec()));
-    assert_eq!(db.keyspace("users").unwrap().get(b"k").unwrap(), Some(b"user".to_vec()));
+    assert_eq!(
+        db.keyspace("users").unwrap().get(b"k").unwrap(),
+        Some(b"user".to_vec())
+    );
     db.close().unwrap();
     let db = open(&vfs);
     let names: Vec<_> = db.keyspaces().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, vec!["default", "items.v2", "users"]);
-    assert_eq!(db.keyspace("items.v2").unwrap().get(b"k").unwrap(), Some(b"item".to_vec()));
-    assert_eq!(db.keyspace("users").unwrap().get(b"k").unwrap(), Some(b"user".to_vec()));
+    assert_eq!(
+        db.keyspace("items.v2").unwrap().get(b"k").unwrap(),
+        Some(b"item".to_vec())
+    );
+    assert_eq!(
+        db.keyspace("users").unwrap().get(b"k").unwrap(),
+        Some(b"user".to_vec())
+    );
 }
 
 #[test]
@@ -85,7 +98,11 @@ fn a_batch_across_keyspaces_is_one_sequence() {
     assert_eq!(a.get(b"x").unwrap(), Some(b"3".to_vec()));
     assert_eq!(db.get(b"y").unwrap(), Some(b"2".to_vec()));
     assert_eq!(before.get(b"y").unwrap(), None);
-    assert_eq!(db.write(WriteBatch::new()).unwrap(), seq, "an empty batch writes nothing");
+    assert_eq!(
+        db.write(WriteBatch::new()).unwrap(),
+        seq,
+        "an empty batch writes nothing"
+    );
 }
 
 /// Every limit and bad input gets `InvalidArgument` naming the limit, and leaves the
@@ -107,12 +124,17 @@ fn limits_and_bad_input_are_refused_before_anything_is_written() {
     expect(db.get(&long_key).map(drop), "MAX_KEY_LEN");
     expect(db.put(b"k", &huge_value), "MAX_VALUE_LEN");
     let mut b = WriteBatch::new();
-    expect(b.put(&db.default_keyspace(), &long_key, b"").map(drop), "MAX_KEY_LEN");
+    expect(
+        b.put(&db.default_keyspace(), &long_key, b"").map(drop),
+        "MAX_KEY_LEN",
+    );
     for _ in 0..4 {
-        b.put(&db.default_keyspace(), b"k", &vec![0u8; 60 << 20]).unwrap();
+        b.put(&db.default_keyspace(), b"k", &vec![0u8; 60 << 20])
+            .unwrap();
     }
     expect(
-        b.put(&db.default_keyspace(), b"k", &vec![0u8; 60 << 20]).map(drop),
+        b.put(&db.default_keyspace(), b"k", &vec![0u8; 60 << 20])
+            .map(drop),
         "MAX_BATCH_BYTES",
     );
     assert_eq!(b.len(), 4, "a refused op is not added");
@@ -162,7 +184,10 @@ fn large_values_go_to_the_value_log_once_and_read_back_after_reopen() {
     db.put(b"edge", &[9u8; 16]).unwrap(); // exactly the threshold: separated
     let s = db.stats();
     assert!(s.vlog_bytes >= 100_016 && s.vlog_bytes < 100_200, "{s:?}");
-    assert!(s.wal_bytes < 1000, "the WAL holds pointers, not values: {s:?}");
+    assert!(
+        s.wal_bytes < 1000,
+        "the WAL holds pointers, not values: {s:?}"
+    );
     assert_eq!(s.vlog_live_bytes, s.vlog_bytes);
     assert_eq!(db.get(b"big").unwrap(), Some(big.clone()));
     db.close().unwrap();
@@ -170,7 +195,11 @@ fn large_values_go_to_the_value_log_once_and_read_back_after_reopen() {
     assert_eq!(db.get(b"big").unwrap(), Some(big.clone()));
     assert_eq!(db.get(b"edge").unwrap(), Some(vec![9u8; 16]));
     assert_eq!(db.get(b"small").unwrap(), Some(b"tiny".to_vec()));
-    assert_eq!(db.stats().vlog_live_bytes, s.vlog_bytes, "rebuilt by replay");
+    assert_eq!(
+        db.stats().vlog_live_bytes,
+        s.vlog_bytes,
+        "rebuilt by replay"
+    );
     let snap = db.snapshot();
     db.put(b"big", b"replaced").unwrap();
     assert_eq!(snap.get(b"big").unwrap(), Some(big));
@@ -181,12 +210,16 @@ fn iterators_go_both_ways_within_bounds() {
     let vfs = FaultVfs::new(7);
     let db = open_small_values(&vfs);
     for k in ["a", "ab", "abc", "b", "ba", "c"] {
-        db.put(k.as_bytes(), format!("v-{k}-{}", "x".repeat(k.len() * 8)).as_bytes())
-            .unwrap();
+        db.put(
+            k.as_bytes(),
+            format!("v-{k}-{}", "x".repeat(k.len() * 8)).as_bytes(),
+        )
+        .unwrap();
     }
     db.delete(b"ba").unwrap();
     fn keys(it: impl Iterator<Item = flexkv::Result<(Vec<u8>, Vec<u8>)>>) -> Vec<String> {
-        it.map(|r| String::from_utf8(r.unwrap().0).unwrap()).collect()
+        it.map(|r| String::from_utf8(r.unwrap().0).unwrap())
+            .collect()
     }
     assert_eq!(keys(db.iter()), ["a", "ab", "abc", "b", "c"]);
     assert_eq!(keys(db.iter().rev()), ["c", "b", "abc", "ab", "a"]);
@@ -202,7 +235,10 @@ fn iterators_go_both_ways_within_bounds() {
     assert_eq!(it.next_back().unwrap().unwrap().0, b"b");
     assert_eq!(it.next().unwrap().unwrap().0, b"ab");
     assert_eq!(it.next().unwrap().unwrap().0, b"abc");
-    assert!(it.next().is_none() && it.next_back().is_none(), "the ends met");
+    assert!(
+        it.next().is_none() && it.next_back().is_none(),
+        "the ends met"
+    );
     let (k, v) = db.prefix(b"abc").next().unwrap().unwrap();
     assert_eq!((k, v), kv("abc", &format!("v-abc-{}", "x".repeat(24))));
 }
@@ -222,7 +258,10 @@ fn an_iterator_reads_one_sequence_and_holds_it_as_a_snapshot() {
     db.put(&[3], b"changed").unwrap();
     let rest: Vec<_> = it.map(|r| r.unwrap()).collect();
     assert_eq!(rest.len(), 9);
-    assert!(rest.iter().all(|(k, v)| k == v), "saw a later write: {rest:?}");
+    assert!(
+        rest.iter().all(|(k, v)| k == v),
+        "saw a later write: {rest:?}"
+    );
     assert_eq!(db.stats().live_snapshots, 0, "released on drop");
     assert_eq!(db.stats().oldest_snapshot, None);
 }
@@ -246,7 +285,11 @@ fn a_snapshot_sees_exactly_what_came_before_it_in_every_keyspace() {
     assert_eq!(all(snap_other.prefix(b"k")), vec![kv("k", "old-other")]);
     assert_eq!(db.stats().oldest_snapshot, Some(snap.seq()));
     drop(snap);
-    assert_eq!(db.stats().live_snapshots, 1, "the keyspace view shares the guard");
+    assert_eq!(
+        db.stats().live_snapshots,
+        1,
+        "the keyspace view shares the guard"
+    );
     drop(snap_other);
     assert_eq!(db.stats().live_snapshots, 0);
 }
@@ -262,7 +305,11 @@ fn buffered_writes_are_acknowledged_without_a_sync_and_made_durable_by_db_sync()
         ks.put_with(&[i], b"b", Durability::Buffered).unwrap();
     }
     assert_eq!(db.stats().wal_syncs, syncs, "buffered writes do not sync");
-    assert_eq!(ks.get(&[3]).unwrap(), Some(b"b".to_vec()), "visible at once");
+    assert_eq!(
+        ks.get(&[3]).unwrap(),
+        Some(b"b".to_vec()),
+        "visible at once"
+    );
     db.sync().unwrap();
     assert_eq!(db.stats().durable_seq, db.stats().visible_seq);
     std::mem::forget(db); // no clean close: only what sync made durable counts
@@ -296,7 +343,10 @@ fn a_second_open_is_locked_out_until_the_first_closes() {
     assert!(matches!(second, Err(Error::Locked(_))), "{second:?}");
     let ks = db.default_keyspace();
     drop(db);
-    assert!(matches!(Db::builder(DIR).vfs(vfs.shared()).open(), Err(Error::Locked(_))));
+    assert!(matches!(
+        Db::builder(DIR).vfs(vfs.shared()).open(),
+        Err(Error::Locked(_))
+    ));
     drop(ks); // the last handle: closes
     open(&vfs);
 }
@@ -305,7 +355,9 @@ fn a_second_open_is_locked_out_until_the_first_closes() {
 fn a_foreign_directory_is_refused_and_left_untouched() {
     let vfs = FaultVfs::new(13);
     vfs.create_dir_all(Path::new("/photos")).unwrap();
-    let f = vfs.open(Path::new("/photos/cat.jpg"), OpenMode::CreateNew).unwrap();
+    let f = vfs
+        .open(Path::new("/photos/cat.jpg"), OpenMode::CreateNew)
+        .unwrap();
     f.write_at(b"jpeg", 0).unwrap();
     let r = Db::builder("/photos").vfs(vfs.shared()).open();
     assert!(matches!(r, Err(Error::NotADatabase { .. })), "{r:?}");
@@ -318,7 +370,9 @@ fn a_foreign_directory_is_refused_and_left_untouched() {
     assert!(!vfs.exists(Path::new("/missing")).unwrap());
     // A MANIFEST that is not ours.
     vfs.create_dir_all(Path::new("/fake")).unwrap();
-    let f = vfs.open(Path::new("/fake/MANIFEST"), OpenMode::CreateNew).unwrap();
+    let f = vfs
+        .open(Path::new("/fake/MANIFEST"), OpenMode::CreateNew)
+        .unwrap();
     f.write_at(b"not a manifest at all, no", 0).unwrap();
     let r = Db::builder("/fake").vfs(vfs.shared()).open();
     assert!(matches!(r, Err(Error::NotADatabase { .. })), "{r:?}");
@@ -335,14 +389,20 @@ fn a_database_from_a_newer_version_is_refused_and_left_untouched() {
     vfs.set_contents(&path, m).unwrap();
     let names = vfs.list(Path::new(DIR)).unwrap();
     let r = Db::builder(DIR).vfs(vfs.shared()).open();
-    assert!(matches!(r, Err(Error::UnsupportedVersion { found: 9, .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(Error::UnsupportedVersion { found: 9, .. })),
+        "{r:?}"
+    );
     assert_eq!(vfs.list(Path::new(DIR)).unwrap(), names);
 }
 
 #[test]
 fn bad_options_are_refused() {
     let vfs = FaultVfs::new(15);
-    let r = Db::builder(DIR).vfs(vfs.shared()).wal_segment_size(100).open();
+    let r = Db::builder(DIR)
+        .vfs(vfs.shared())
+        .wal_segment_size(100)
+        .open();
     assert!(matches!(r, Err(Error::InvalidArgument(m)) if m.contains("wal_segment_size")));
     assert!(!vfs.exists(Path::new(DIR)).unwrap());
 }
@@ -356,7 +416,11 @@ fn a_failed_sync_poisons_writes_until_reopen() {
     assert!(matches!(db.put(b"b", b"2"), Err(Error::Io { .. })));
     assert!(matches!(db.put(b"c", b"3"), Err(Error::Poisoned)));
     assert!(matches!(db.sync(), Err(Error::Poisoned)));
-    assert_eq!(db.get(b"a").unwrap(), Some(b"1".to_vec()), "reads still work");
+    assert_eq!(
+        db.get(b"a").unwrap(),
+        Some(b"1".to_vec()),
+        "reads still work"
+    );
     drop(db);
     let db = open(&vfs);
     db.put(b"c", b"3").unwrap();

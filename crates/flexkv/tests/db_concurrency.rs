@@ -25,13 +25,17 @@ fn sixteen_writers_are_all_acknowledged_and_durable() {
     let vfs = FaultVfs::new(1);
     let v = vfs.clone();
     let stats = within(120, move || {
-        let db = Db::builder(DIR).vfs(v.shared()).value_threshold(100).open().unwrap();
+        let db = Db::builder(DIR)
+            .vfs(v.shared())
+            .value_threshold(100)
+            .open()
+            .unwrap();
         std::thread::scope(|s| {
             for t in 0..16u32 {
                 let db = &db;
                 s.spawn(move || {
                     for i in 0..150u32 {
-                        let value = vec![t as u8; if i % 10 == 0 { 150 } else { 8 }];
+                        let value = vec![t as u8; if i.is_multiple_of(10) { 150 } else { 8 }];
                         db.put(format!("{t:02}/{i:04}").as_bytes(), &value).unwrap();
                     }
                 });
@@ -76,7 +80,8 @@ fn writers_on_a_real_disk_share_groups_and_syncs() {
                 let db = &db;
                 s.spawn(move || {
                     for i in 0..100u32 {
-                        db.put(&[t.to_be_bytes(), i.to_be_bytes()].concat(), b"v").unwrap();
+                        db.put(&[t.to_be_bytes(), i.to_be_bytes()].concat(), b"v")
+                            .unwrap();
                     }
                 });
             }
@@ -95,16 +100,24 @@ fn writers_on_a_real_disk_share_groups_and_syncs() {
 fn snapshots_stay_consistent_while_writers_run() {
     const ACCOUNTS: usize = 64;
     let vfs = FaultVfs::new(3);
-    let db = Db::builder(DIR).vfs(vfs.shared()).value_threshold(64).open().unwrap();
+    let db = Db::builder(DIR)
+        .vfs(vfs.shared())
+        .value_threshold(64)
+        .open()
+        .unwrap();
     let stamp_value = |w: u32, n: u32| -> Vec<u8> {
-        let mut v = vec![0u8; if n % 2 == 0 { 80 } else { 8 }]; // some separated
+        let mut v = vec![0u8; if n.is_multiple_of(2) { 80 } else { 8 }]; // some separated
         v[..8].copy_from_slice(&(u64::from(n) << 8 | u64::from(w)).to_be_bytes());
         v
     };
     let mut b = WriteBatch::new();
     for a in 0..ACCOUNTS {
-        b.put(&db.default_keyspace(), format!("acct{a:02}").as_bytes(), &stamp_value(0, 0))
-            .unwrap();
+        b.put(
+            &db.default_keyspace(),
+            format!("acct{a:02}").as_bytes(),
+            &stamp_value(0, 0),
+        )
+        .unwrap();
     }
     db.write(b).unwrap();
     let stop = AtomicBool::new(false);
@@ -147,9 +160,16 @@ fn snapshots_stay_consistent_while_writers_run() {
                 "round {round}: a snapshot saw half a batch"
             );
             let backwards: Vec<_> = snap.iter().rev().map(|r| r.unwrap()).collect();
-            assert!(backwards.iter().rev().eq(first.iter()), "round {round}: reverse differs");
+            assert!(
+                backwards.iter().rev().eq(first.iter()),
+                "round {round}: reverse differs"
+            );
             for (k, v) in first.iter().step_by(5) {
-                assert_eq!(snap.get(k).unwrap().as_ref(), Some(v), "round {round}: reread");
+                assert_eq!(
+                    snap.get(k).unwrap().as_ref(),
+                    Some(v),
+                    "round {round}: reread"
+                );
             }
         }
     });

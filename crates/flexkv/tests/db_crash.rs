@@ -35,7 +35,11 @@ fn key(t: usize, i: usize, part: &str) -> Vec<u8> {
 
 fn value(t: usize, i: usize) -> Vec<u8> {
     // Every third value is large enough to go to the value log.
-    let len = if i % 3 == 0 { 200 + i * 40 } else { 10 + i };
+    let len = if i.is_multiple_of(3) {
+        200 + i * 40
+    } else {
+        10 + i
+    };
     vec![(t * 16 + i) as u8; len]
 }
 
@@ -57,7 +61,8 @@ fn writer(db: &Db, t: usize, seed: u64) -> Outcomes {
         b.durability(d);
         b.put(&ks, &key(t, i, "a"), &value(t, i)).unwrap();
         b.put(&ks, &key(t, i, "b"), &value(t, i)).unwrap();
-        b.put(&ks, format!("last/t{t}").as_bytes(), &[i as u8]).unwrap();
+        b.put(&ks, format!("last/t{t}").as_bytes(), &[i as u8])
+            .unwrap();
         match db.write(b) {
             Ok(seq) => out.push((i, d, Some(seq))),
             Err(_) => {
@@ -102,15 +107,25 @@ fn check(db: &Db, outcomes: &[Outcomes], ctx: &str) {
         for &(i, d, seq) in outs {
             let a = ks.get(&key(t, i, "a")).unwrap();
             let b = ks.get(&key(t, i, "b")).unwrap();
-            assert_eq!(a.is_some(), b.is_some(), "{ctx}: batch t{t}/{i} is half applied");
+            assert_eq!(
+                a.is_some(),
+                b.is_some(),
+                "{ctx}: batch t{t}/{i} is half applied"
+            );
             let here = a.is_some();
             if here {
                 assert_eq!(a.unwrap(), value(t, i), "{ctx}: wrong value for t{t}/{i}");
-                assert!(prev_present, "{ctx}: t{t}/{i} present but an earlier batch is not");
+                assert!(
+                    prev_present,
+                    "{ctx}: t{t}/{i} present but an earlier batch is not"
+                );
                 last_present = Some(i);
             }
             if d == Durability::Sync && seq.is_some() {
-                assert!(here, "{ctx}: acknowledged Sync batch t{t}/{i} (seq {seq:?}) lost");
+                assert!(
+                    here,
+                    "{ctx}: acknowledged Sync batch t{t}/{i} (seq {seq:?}) lost"
+                );
             }
             if let Some(s) = seq {
                 present.insert(s, here);
@@ -158,7 +173,11 @@ fn many_writers_crash_at_every_point_and_recover_a_prefix() {
         assert_eq!(db.get(b"after").unwrap(), Some(b"crash".to_vec()), "{ctx}");
         check(&db, &outcomes, &ctx);
     }
-    assert_eq!(modes.len(), CrashMode::CONCRETE.len(), "modes drawn: {modes:?}");
+    assert_eq!(
+        modes.len(),
+        CrashMode::CONCRETE.len(),
+        "modes drawn: {modes:?}"
+    );
 }
 
 /// No crash: every writer's acknowledged batches are all there after a clean reopen,

@@ -114,7 +114,14 @@ impl World {
         }
     }
 
-    fn check_range(&self, s: usize, lo: &Option<Vec<u8>>, hi: &Option<Vec<u8>>, rev: bool, snap: Option<(&Snapshot, &Model)>) {
+    fn check_range(
+        &self,
+        s: usize,
+        lo: &Option<Vec<u8>>,
+        hi: &Option<Vec<u8>>,
+        rev: bool,
+        snap: Option<(&Snapshot, &Model)>,
+    ) {
         let lo_b = lo.clone().map_or(Bound::Unbounded, Bound::Included);
         let hi_b = hi.clone().map_or(Bound::Unbounded, Bound::Excluded);
         if let (Some(l), Some(h)) = (lo, hi) {
@@ -172,10 +179,15 @@ impl World {
             }
             Op::Get(s, k) => {
                 assert_eq!(self.ks[s].get(&k).unwrap(), self.model[s].get(&k).cloned());
-                assert_eq!(self.ks[s].contains(&k).unwrap(), self.model[s].contains_key(&k));
+                assert_eq!(
+                    self.ks[s].contains(&k).unwrap(),
+                    self.model[s].contains_key(&k)
+                );
             }
             Op::Range(s, lo, hi, rev) => self.check_range(s, &lo, &hi, rev, None),
-            Op::TakeSnapshot => self.snapshots.push((self.db.snapshot(), self.model.clone())),
+            Op::TakeSnapshot => self
+                .snapshots
+                .push((self.db.snapshot(), self.model.clone())),
             Op::CheckSnapshot(s, i) => {
                 if !self.snapshots.is_empty() {
                     let (snap, m) = &self.snapshots[i % self.snapshots.len()];

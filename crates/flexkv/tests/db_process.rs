@@ -20,7 +20,13 @@ const WRITERS: usize = 2;
 
 fn spawn_child(test: &str, dir: &Path, round: u64) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            test,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("FLEXKV_CHILD_DIR", dir)
         .env("FLEXKV_CHILD_ROUND", round.to_string())
         .stdout(Stdio::piped())
@@ -35,7 +41,11 @@ fn key(round: u64, t: usize, i: u64, part: &str) -> Vec<u8> {
 
 fn value(round: u64, t: usize, i: u64) -> Vec<u8> {
     // Some values go to the value log (threshold 256).
-    let len = if i % 4 == 0 { 300 + (i % 50) as usize } else { 20 };
+    let len = if i.is_multiple_of(4) {
+        300 + (i % 50) as usize
+    } else {
+        20
+    };
     vec![(round as usize * 7 + t * 3 + i as usize) as u8; len]
 }
 
@@ -49,7 +59,10 @@ fn open(dir: &Path) -> flexkv::Result<Db> {
 #[ignore = "run by child_processes_killed_at_random_moments_lose_no_acknowledged_write"]
 fn child_writer() {
     let dir = std::env::var("FLEXKV_CHILD_DIR").expect("run by the parent test");
-    let round: u64 = std::env::var("FLEXKV_CHILD_ROUND").unwrap().parse().unwrap();
+    let round: u64 = std::env::var("FLEXKV_CHILD_ROUND")
+        .unwrap()
+        .parse()
+        .unwrap();
     let db = open(Path::new(&dir)).unwrap();
     std::thread::scope(|s| {
         for t in 0..WRITERS {
@@ -58,8 +71,10 @@ fn child_writer() {
                 let ks = db.default_keyspace();
                 for i in 0.. {
                     let mut b = WriteBatch::new();
-                    b.put(&ks, &key(round, t, i, "a"), &value(round, t, i)).unwrap();
-                    b.put(&ks, &key(round, t, i, "b"), &value(round, t, i)).unwrap();
+                    b.put(&ks, &key(round, t, i, "a"), &value(round, t, i))
+                        .unwrap();
+                    b.put(&ks, &key(round, t, i, "b"), &value(round, t, i))
+                        .unwrap();
                     db.write(b).unwrap();
                     // Report at once, so the parent's view lags by one batch at most.
                     let mut out = std::io::stdout().lock();
@@ -95,8 +110,10 @@ fn child_processes_killed_at_random_moments_lose_no_acknowledged_write() {
         });
         // Wait for the first acknowledgement (the child is up and writing), then let it
         // run a random while and kill it mid-write.
-        let mut acked = vec![None::<u64>; WRITERS];
-        let (t, i) = rx.recv_timeout(Duration::from_secs(60)).expect("child never wrote");
+        let mut acked = [None::<u64>; WRITERS];
+        let (t, i) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("child never wrote");
         acked[t] = Some(i);
         std::thread::sleep(Duration::from_micros(rng.random_range(0..30_000)));
         child.kill().unwrap();
@@ -113,7 +130,11 @@ fn child_processes_killed_at_random_moments_lose_no_acknowledged_write() {
             loop {
                 let a = ks.get(&key(round, t, i, "a")).unwrap();
                 let b = ks.get(&key(round, t, i, "b")).unwrap();
-                assert_eq!(a.is_some(), b.is_some(), "round {round}: t{t}/{i} half applied");
+                assert_eq!(
+                    a.is_some(),
+                    b.is_some(),
+                    "round {round}: t{t}/{i} half applied"
+                );
                 match a {
                     Some(v) => assert_eq!(v, value(round, t, i), "round {round}: t{t}/{i}"),
                     None => {
@@ -132,7 +153,10 @@ fn child_processes_killed_at_random_moments_lose_no_acknowledged_write() {
         }
         db.close().unwrap();
     }
-    assert!(total_acks > KILLS, "children acknowledged only {total_acks} batches");
+    assert!(
+        total_acks > KILLS,
+        "children acknowledged only {total_acks} batches"
+    );
 }
 
 /// The child: opens the database, says so, and waits to be killed.

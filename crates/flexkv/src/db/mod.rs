@@ -359,6 +359,7 @@ impl Inner {
             return Ok(());
         }
         self.group.close();
+        self.sync.nudge();
         let r = if self.poisoned.load(Ordering::Acquire) {
             Ok(())
         } else {

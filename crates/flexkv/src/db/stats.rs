@@ -16,6 +16,8 @@ pub struct Stats {
     pub vlog_bytes: u64,
     /// Syncs of the WAL.
     pub wal_syncs: u64,
+    /// Microseconds spent in WAL syncs issued by group commit.
+    pub wal_sync_micros: u64,
     /// Syncs of the value log.
     pub vlog_syncs: u64,
     /// Acknowledged batches.
@@ -74,6 +76,7 @@ impl Inner {
             wal_bytes: self.wal.bytes_written(),
             vlog_bytes: self.vlog.bytes_written(),
             wal_syncs: self.wal.syncs(),
+            wal_sync_micros: self.wal.sync_micros(),
             vlog_syncs: self.vlog.syncs(),
             batches: get(&c.batches),
             groups: get(&c.groups),

@@ -102,6 +102,32 @@ impl<R, O> GroupCommit<R, O> {
         self.cv.notify_all();
     }
 
+    /// Ends one round of the leader's turn like [`GroupCommit::finish`], but if more
+    /// requests queued meanwhile, keeps leadership and returns them: leading them at once
+    /// costs one write, while handing over would cost waking another thread first.
+    pub(crate) fn finish_or_continue(
+        &self,
+        results: impl IntoIterator<Item = (u64, O)>,
+    ) -> Option<Vec<(u64, R)>> {
+        let mut q = self.q.lock();
+        q.done.extend(results);
+        if q.pending.is_empty() || q.closed {
+            q.leading = false;
+            self.cv.notify_all();
+            return None;
+        }
+        q.taken_upto = q.next_ticket;
+        let more = std::mem::take(&mut q.pending);
+        self.cv.notify_all();
+        Some(more)
+    }
+
+    /// Whether a write is about to land: a leader is writing, or requests wait for one.
+    pub(crate) fn busy(&self) -> bool {
+        let q = self.q.lock();
+        !q.closed && (q.leading || !q.pending.is_empty())
+    }
+
     /// Closes the queue: waits for the active leader to finish, then refuses every later
     /// and every still-pending request with [`Role::Closed`].
     pub(crate) fn close(&self) {

@@ -67,6 +67,7 @@ pub(crate) struct Wal {
     current: Mutex<Arc<dyn VfsFile>>,
     bytes_written: AtomicU64,
     syncs: AtomicU64,
+    sync_micros: AtomicU64,
 }
 
 /// What recovery found: the groups to replay and where the log ends.
@@ -217,6 +218,7 @@ impl Wal {
             segment_size,
             bytes_written: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
+            sync_micros: AtomicU64::new(0),
         };
         let recovered = Recovered {
             groups,
@@ -248,8 +250,11 @@ impl Wal {
     /// Makes everything appended so far durable.
     pub(crate) fn sync(&self) -> Result<()> {
         let file = Arc::clone(&self.current.lock());
+        let t0 = std::time::Instant::now();
         file.sync()?;
         self.syncs.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.sync_micros.fetch_add(micros, Ordering::Relaxed);
         Ok(())
     }
 
@@ -261,6 +266,11 @@ impl Wal {
     /// Syncs issued since open.
     pub(crate) fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Microseconds spent in group-commit syncs since open.
+    pub(crate) fn sync_micros(&self) -> u64 {
+        self.sync_micros.load(Ordering::Relaxed)
     }
 }
 

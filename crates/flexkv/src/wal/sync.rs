@@ -4,8 +4,15 @@
 //! it started (`written` at that moment); when it returns, `durable` advances to that.
 //! A writer that needs durability waits until `durable` reaches its sequence, starting a
 //! sync itself if none is in flight. So while one sync is on the device, the groups
-//! written meanwhile gather behind the next one: one sync per group at worst, fewer
-//! under load. A failed sync is permanent (Linux may drop the dirty pages it could not
+//! written meanwhile gather behind the next one.
+//!
+//! A sync is also not started while the group-commit queue is busy (a leader is writing,
+//! or writers wait to be led): those writes are microseconds from done, and the sync
+//! should cover them too. Without this, the first writer back after a sync would sync a
+//! group of one while everyone else queued behind it, and syncs would alternate between
+//! covering one writer and covering the rest. The deferral is bounded (each thread has
+//! at most one write in the queue) and the queue wakes the waiters whenever it changes
+//! ([`SyncPoint::nudge`]). A failed sync is permanent (Linux may drop the dirty pages it could not
 //! write and report success later): every later wait fails.
 
 use parking_lot::{Condvar, Mutex};
@@ -68,9 +75,22 @@ impl SyncPoint {
         self.cv.notify_all();
     }
 
+    /// Wakes the waiters to re-check whether to start a sync (the queue `busy` reads
+    /// changed).
+    pub(crate) fn nudge(&self) {
+        let _st = self.st.lock();
+        self.cv.notify_all();
+    }
+
     /// Waits until every sequence up to `target` is durable, running `sync` (which must
-    /// make everything written so far durable) when no sync is in flight.
-    pub(crate) fn wait_durable(&self, target: u64, sync: impl Fn() -> Result<()>) -> Result<()> {
+    /// make everything written so far durable) when no sync is in flight and `busy`
+    /// says no write is about to land.
+    pub(crate) fn wait_durable(
+        &self,
+        target: u64,
+        busy: impl Fn() -> bool,
+        sync: impl Fn() -> Result<()>,
+    ) -> Result<()> {
         let mut st = self.st.lock();
         loop {
             if st.failed {
@@ -79,7 +99,7 @@ impl SyncPoint {
             if st.durable >= target {
                 return Ok(());
             }
-            if st.in_flight {
+            if st.in_flight || busy() {
                 self.cv.wait(&mut st);
                 continue;
             }
@@ -115,8 +135,8 @@ mod tests {
             syncs.fetch_add(1, Ordering::Relaxed);
             Ok(())
         };
-        sp.wait_durable(3, sync).unwrap();
-        sp.wait_durable(5, sync).unwrap();
+        sp.wait_durable(3, || false, sync).unwrap();
+        sp.wait_durable(5, || false, sync).unwrap();
         assert_eq!(sp.durable(), 5);
         assert_eq!(syncs.load(Ordering::Relaxed), 1);
     }
@@ -125,11 +145,11 @@ mod tests {
     fn a_failed_sync_fails_every_later_wait() {
         let sp = SyncPoint::new(0);
         sp.written(1);
-        let err = sp.wait_durable(1, || Err(Error::invalid("disk gone")));
+        let err = sp.wait_durable(1, || false, || Err(Error::invalid("disk gone")));
         assert!(matches!(err, Err(Error::InvalidArgument(_))));
         sp.written(2);
         assert!(matches!(
-            sp.wait_durable(2, || Ok(())),
+            sp.wait_durable(2, || false, || Ok(())),
             Err(Error::Poisoned)
         ));
         assert!(sp.failed());
@@ -146,11 +166,15 @@ mod tests {
                     for i in 0..200u64 {
                         let seq = i * 8 + t + 1;
                         sp.written(seq);
-                        sp.wait_durable(seq, || {
-                            syncs.fetch_add(1, Ordering::Relaxed);
-                            std::thread::sleep(std::time::Duration::from_micros(50));
-                            Ok(())
-                        })
+                        sp.wait_durable(
+                            seq,
+                            || false,
+                            || {
+                                syncs.fetch_add(1, Ordering::Relaxed);
+                                std::thread::sleep(std::time::Duration::from_micros(50));
+                                Ok(())
+                            },
+                        )
                         .unwrap();
                         assert!(sp.durable() >= seq);
                     }
