@@ -194,12 +194,14 @@ pub fn run(args: &Args) {
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let work = base.join(format!("flexkv-wal-sync-{}", std::process::id()));
     let repeat = args.repeat.max(1);
-    let mut results: Vec<(usize, Sample, Sample)> = Vec::new();
-    for &threads in &args.threads {
-        let mut flex = Vec::new();
-        let mut mutex = Vec::new();
-        for r in 0..repeat {
-            let order = if r % 2 == 0 {
+    // Round-robin: every repeat visits every thread count, so drift in the machine's
+    // speed falls on all of them alike (the goals compare thread counts with each other).
+    let n = args.threads.len();
+    let mut flex = vec![Vec::new(); n];
+    let mut mutex = vec![Vec::new(); n];
+    for r in 0..repeat {
+        for (ti, &threads) in args.threads.iter().enumerate() {
+            let order = if (r + ti) % 2 == 0 {
                 [System::Flexkv, System::MutexSync]
             } else {
                 [System::MutexSync, System::Flexkv]
@@ -218,13 +220,18 @@ pub fn run(args: &Args) {
                     s.syncs_per_op
                 );
                 match sys {
-                    System::Flexkv => flex.push(s),
-                    System::MutexSync => mutex.push(s),
+                    System::Flexkv => flex[ti].push(s),
+                    System::MutexSync => mutex[ti].push(s),
                 }
             }
         }
-        results.push((threads, median_sample(&flex), median_sample(&mutex)));
     }
+    let results: Vec<(usize, Sample, Sample)> = args
+        .threads
+        .iter()
+        .enumerate()
+        .map(|(ti, &t)| (t, median_sample(&flex[ti]), median_sample(&mutex[ti])))
+        .collect();
     std::fs::remove_dir_all(&work).ok();
     report(args, &results);
 }

@@ -86,6 +86,15 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     /// Makes everything written to this file so far durable.
     fn sync(&self) -> Result<()>;
 
+    /// Reserves disk space so that the file is at least `len` bytes long, the new bytes
+    /// reading as zeros. A hint: a file system may do nothing (the in-memory ones do).
+    /// On Linux it lets later writes inside `len` skip block allocation and size
+    /// updates, which makes their `fdatasync` cheaper.
+    fn allocate(&self, len: u64) -> Result<()> {
+        let _ = len;
+        Ok(())
+    }
+
     /// Whether the file is empty.
     fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)

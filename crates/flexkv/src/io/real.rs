@@ -150,6 +150,11 @@ impl VfsFile for RealFile {
             .map_err(|e| Error::io("set_len", &self.path, e))
     }
 
+    fn allocate(&self, len: u64) -> Result<()> {
+        fallocate(&self.file, FallocateFlags::empty(), 0, len)
+            .map_err(|e| Error::io("allocate", &self.path, e.into()))
+    }
+
     fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
         if len == 0 {
             return Ok(());
@@ -216,6 +221,24 @@ mod tests {
         assert!(vfs.open(&path, OpenMode::CreateNew).is_err());
         vfs.open(&path, OpenMode::Existing).unwrap();
         vfs.open(&path, OpenMode::Create).unwrap();
+    }
+
+    #[test]
+    fn allocate_extends_with_zeros_and_keeps_data() {
+        let (dir, vfs) = vfs_in_tempdir();
+        let f = vfs
+            .open(&dir.path().join("f"), OpenMode::CreateNew)
+            .unwrap();
+        f.write_at(b"head", 0).unwrap();
+        f.allocate(1 << 20).unwrap();
+        assert_eq!(f.len().unwrap(), 1 << 20);
+        let mut buf = vec![1u8; 8];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"head\0\0\0\0");
+        f.read_exact_at(&mut buf, (1 << 20) - 8).unwrap();
+        assert_eq!(buf, [0u8; 8]);
+        f.allocate(16).unwrap(); // never shrinks
+        assert_eq!(f.len().unwrap(), 1 << 20);
     }
 
     #[test]
