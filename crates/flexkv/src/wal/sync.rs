@@ -12,7 +12,8 @@
 //! group of one while everyone else queued behind it, and syncs would alternate between
 //! covering one writer and covering the rest. The deferral is bounded (each thread has
 //! at most one write in the queue) and the queue wakes the waiters whenever it changes
-//! ([`SyncPoint::nudge`]). A failed sync is permanent (Linux may drop the dirty pages it could not
+//! ([`SyncPoint::nudge`]). For the same reason a writer about to start a sync first
+//! yields the CPU once, so that writers the last sync just woke can queue their writes. A failed sync is permanent (Linux may drop the dirty pages it could not
 //! write and report success later): every later wait fails.
 
 use parking_lot::{Condvar, Mutex};
@@ -92,6 +93,7 @@ impl SyncPoint {
         sync: impl Fn() -> Result<()>,
     ) -> Result<()> {
         let mut st = self.st.lock();
+        let mut yielded = false;
         loop {
             if st.failed {
                 return Err(Error::Poisoned);
@@ -101,6 +103,16 @@ impl SyncPoint {
             }
             if st.in_flight || busy() {
                 self.cv.wait(&mut st);
+                continue;
+            }
+            if !yielded {
+                // Let writers just woken by the last sync run first (once: a stream of
+                // buffered writers must not keep a sync from starting): their writes are
+                // microseconds away, and this sync can cover them.
+                yielded = true;
+                drop(st);
+                std::thread::yield_now();
+                st = self.st.lock();
                 continue;
             }
             debug_assert!(st.written >= target, "waiting for an unwritten sequence");
