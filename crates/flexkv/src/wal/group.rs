@@ -8,11 +8,14 @@
 //! group is whatever arrived while the previous leader was writing, and a lone writer
 //! leads a group of one at once.
 //!
-//! Every state change happens under one mutex and wakes every sleeper, so no wake-up can
-//! be lost; a sleeper re-checks its own condition (result ready, or leadership free and
-//! its request not yet taken).
+//! Every state change happens under one mutex. Each sleeping writer waits on its own
+//! condition variable, and a change wakes exactly the writers it concerns: the members
+//! whose results it hands out, and, when leadership is freed, the oldest writer still
+//! queued. A woken writer re-checks its own condition (result ready, or leadership free
+//! and its request not yet taken), so no wake-up is lost and none is wasted on a herd.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -35,12 +38,37 @@ struct Queue<R, O> {
     leading: bool,
     closed: bool,
     done: HashMap<u64, O>,
+    /// The condition variable of every writer asleep in [`GroupCommit::join`].
+    sleepers: HashMap<u64, Arc<Condvar>>,
+}
+
+impl<R, O> Queue<R, O> {
+    fn wake(&self, ticket: u64) {
+        if let Some(cv) = self.sleepers.get(&ticket) {
+            cv.notify_one();
+        }
+    }
+
+    /// Wakes the oldest queued writer, which leads next.
+    fn wake_next_leader(&self) {
+        if let Some(&(ticket, _)) = self.pending.first() {
+            self.wake(ticket);
+        }
+    }
+
+    fn hand_out(&mut self, results: impl IntoIterator<Item = (u64, O)>) {
+        for (ticket, out) in results {
+            self.wake(ticket);
+            self.done.insert(ticket, out);
+        }
+    }
 }
 
 /// The group-commit queue.
 pub(crate) struct GroupCommit<R, O> {
     q: Mutex<Queue<R, O>>,
-    cv: Condvar,
+    /// Where [`GroupCommit::close`] waits for the active leader.
+    idle: Condvar,
 }
 
 impl<R, O> std::fmt::Debug for GroupCommit<R, O> {
@@ -59,8 +87,9 @@ impl<R, O> GroupCommit<R, O> {
                 leading: false,
                 closed: false,
                 done: HashMap::new(),
+                sleepers: HashMap::new(),
             }),
-            cv: Condvar::new(),
+            idle: Condvar::new(),
         }
     }
 
@@ -74,32 +103,37 @@ impl<R, O> GroupCommit<R, O> {
         q.next_ticket += 1;
         let me = q.next_ticket;
         q.pending.push((me, req));
-        loop {
+        let cv = Arc::new(Condvar::new());
+        q.sleepers.insert(me, Arc::clone(&cv));
+        let role = loop {
             if let Some(out) = q.done.remove(&me) {
-                return Role::Done(out);
+                break Role::Done(out);
             }
             if me > q.taken_upto {
                 if q.closed {
                     q.pending.retain(|(t, _)| *t != me);
-                    return Role::Closed;
+                    break Role::Closed;
                 }
                 if !q.leading {
                     q.leading = true;
                     q.taken_upto = q.next_ticket;
-                    return Role::Lead(me, std::mem::take(&mut q.pending));
+                    break Role::Lead(me, std::mem::take(&mut q.pending));
                 }
             }
-            self.cv.wait(&mut q);
-        }
+            cv.wait(&mut q);
+        };
+        q.sleepers.remove(&me);
+        role
     }
 
     /// Ends the leader's turn: hands out `results` (one per ticket it took, its own
     /// included or not) and frees leadership for the next group.
     pub(crate) fn finish(&self, results: impl IntoIterator<Item = (u64, O)>) {
         let mut q = self.q.lock();
-        q.done.extend(results);
+        q.hand_out(results);
         q.leading = false;
-        self.cv.notify_all();
+        q.wake_next_leader();
+        self.idle.notify_all();
     }
 
     /// Ends one round of the leader's turn like [`GroupCommit::finish`], but if more
@@ -110,16 +144,15 @@ impl<R, O> GroupCommit<R, O> {
         results: impl IntoIterator<Item = (u64, O)>,
     ) -> Option<Vec<(u64, R)>> {
         let mut q = self.q.lock();
-        q.done.extend(results);
+        q.hand_out(results);
         if q.pending.is_empty() || q.closed {
             q.leading = false;
-            self.cv.notify_all();
+            q.wake_next_leader();
+            self.idle.notify_all();
             return None;
         }
         q.taken_upto = q.next_ticket;
-        let more = std::mem::take(&mut q.pending);
-        self.cv.notify_all();
-        Some(more)
+        Some(std::mem::take(&mut q.pending))
     }
 
     /// Whether a write is about to land: a leader is writing, or requests wait for one.
@@ -133,11 +166,13 @@ impl<R, O> GroupCommit<R, O> {
     pub(crate) fn close(&self) {
         let mut q = self.q.lock();
         while q.leading {
-            self.cv.wait(&mut q);
+            self.idle.wait(&mut q);
         }
         q.leading = true;
         q.closed = true;
-        self.cv.notify_all();
+        for cv in q.sleepers.values() {
+            cv.notify_one();
+        }
     }
 }
 
@@ -185,6 +220,37 @@ mod tests {
         let total = led.load(Ordering::Relaxed);
         assert_eq!(total, 8 * 500, "every request led exactly once");
         assert!(groups.load(Ordering::Relaxed) > 0);
+    }
+
+    /// A writer queued behind an active leader while the queue closes is answered
+    /// (it either led a last group or was refused) and never left asleep.
+    #[test]
+    fn closing_wakes_writers_queued_behind_a_leader() {
+        let gc: Arc<GroupCommit<u8, u8>> = Arc::new(GroupCommit::new());
+        let Role::Lead(_, first) = gc.join(1) else {
+            panic!("the first writer leads")
+        };
+        let g = Arc::clone(&gc);
+        let queued = std::thread::spawn(move || match g.join(2) {
+            Role::Lead(_, group) => {
+                g.finish(Vec::new());
+                assert_eq!(group.len(), 1);
+                "led"
+            }
+            Role::Closed => "closed",
+            Role::Done(_) => panic!("nobody else leads"),
+        });
+        while gc.q.lock().pending.is_empty() {
+            std::thread::yield_now();
+        }
+        let g = Arc::clone(&gc);
+        let closer = std::thread::spawn(move || g.close());
+        assert_eq!(first.len(), 1);
+        gc.finish(Vec::new());
+        closer.join().unwrap();
+        let outcome = queued.join().unwrap();
+        assert!(outcome == "led" || outcome == "closed");
+        assert!(matches!(gc.join(3), Role::Closed));
     }
 
     #[test]

@@ -26,6 +26,9 @@ struct State {
     durable: u64,
     in_flight: bool,
     failed: bool,
+    /// Waiters that hold back a sync only because the queue is busy: the ones a
+    /// [`SyncPoint::nudge`] must wake.
+    deferring: u32,
 }
 
 /// Tracks `written` and `durable` sequences and serializes syncs.
@@ -44,6 +47,7 @@ impl SyncPoint {
                 durable: seq,
                 in_flight: false,
                 failed: false,
+                deferring: 0,
             }),
             cv: Condvar::new(),
         }
@@ -79,8 +83,12 @@ impl SyncPoint {
     /// Wakes the waiters to re-check whether to start a sync (the queue `busy` reads
     /// changed).
     pub(crate) fn nudge(&self) {
-        let _st = self.st.lock();
-        self.cv.notify_all();
+        let st = self.st.lock();
+        // Waiters behind an in-flight sync are woken when it ends; waking them on every
+        // group would be a herd of futile wake-ups.
+        if st.deferring > 0 && !st.in_flight {
+            self.cv.notify_all();
+        }
     }
 
     /// Waits until every sequence up to `target` is durable, running `sync` (which must
@@ -101,8 +109,14 @@ impl SyncPoint {
             if st.durable >= target {
                 return Ok(());
             }
-            if st.in_flight || busy() {
+            if st.in_flight {
                 self.cv.wait(&mut st);
+                continue;
+            }
+            if busy() {
+                st.deferring += 1;
+                self.cv.wait(&mut st);
+                st.deferring -= 1;
                 continue;
             }
             if !yielded {
