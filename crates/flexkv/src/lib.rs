@@ -17,8 +17,9 @@ mod le;
 pub mod space;
 
 pub use db::{
-    Builder, Db, Durability, Iter, Keyspace, KeyspaceKind, Options, Snapshot, Stats, WalRecovery,
-    WriteBatch, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN, MAX_VALUE_LEN,
+    Builder, CheckReport, Db, Durability, Iter, Keyspace, KeyspaceKind, Options, Snapshot, Stats,
+    WalRecovery, WriteBatch, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN,
+    MAX_VALUE_LEN,
 };
 pub use error::{Error, Result};
 pub(crate) mod memtable;

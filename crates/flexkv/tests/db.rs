@@ -568,3 +568,37 @@ fn damaged_files_give_errors_or_correct_data_never_wrong_data() {
         "refused {refused}, opened {opened}"
     );
 }
+
+#[test]
+fn check_reads_every_record_and_names_the_damaged_file() {
+    let vfs = FaultVfs::new(19);
+    let db = open_small_values(&vfs);
+    for i in 0..10u8 {
+        db.put(&[i], &[i; 40]).unwrap();
+    }
+    let r = db.check().unwrap();
+    assert_eq!((r.wal_records, r.vlog_records, r.values_read), (10, 10, 10));
+    let vlog = Path::new(DIR).join("vlog-00000001.seg");
+    let mut bytes = vfs.contents(&vlog).unwrap();
+    bytes[100] ^= 1;
+    vfs.set_contents(&vlog, bytes).unwrap();
+    match db.check() {
+        Err(Error::Corruption { file, .. }) => assert_eq!(file, vlog),
+        other => panic!("{other:?}"),
+    }
+    drop(db);
+    let vfs = FaultVfs::new(20);
+    let db = open(&vfs);
+    for i in 0..10u8 {
+        db.put(&[i], b"v").unwrap();
+    }
+    let wal = Path::new(DIR).join("wal-00000001.log");
+    let mut bytes = vfs.contents(&wal).unwrap();
+    let at = bytes.len() - 3;
+    bytes[at] ^= 1;
+    vfs.set_contents(&wal, bytes).unwrap();
+    match db.check() {
+        Err(Error::Corruption { file, .. }) => assert_eq!(file, wal),
+        other => panic!("{other:?}"),
+    }
+}

@@ -103,6 +103,17 @@ impl Memtable {
         self.map.len()
     }
 
+    /// Every separated value's `(keyspace, key, pointer)`, all versions, for `check`.
+    pub(crate) fn separated(&self) -> Vec<(KeyspaceId, Box<[u8]>, Pointer)> {
+        self.map
+            .iter()
+            .filter_map(|e| match e.value() {
+                Value::Separated(p) => Some((e.key().ks, e.key().key.clone(), *p)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The newest version of `key` with a sequence at or below `at`.
     pub(crate) fn get(&self, ks: KeyspaceId, key: &[u8], at: u64) -> Option<(u64, Value)> {
         let probe = MemKey::new(ks, key, at);

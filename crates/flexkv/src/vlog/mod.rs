@@ -265,6 +265,40 @@ impl ValueLog {
         Ok(buf)
     }
 
+    /// Reads every record of every segment and checks both checksums; returns the
+    /// number of records. Bytes after the last whole record are corruption, except in
+    /// the active segment past its write position.
+    pub(crate) fn check(&self) -> Result<u64> {
+        let segments: Vec<_> = self
+            .segments
+            .read()
+            .iter()
+            .map(|(&i, f)| (i, Arc::clone(f)))
+            .collect();
+        let (active_id, active_len) = {
+            let a = self.active.lock();
+            (a.id, a.len)
+        };
+        let mut records = 0;
+        for (id, file) in segments {
+            let end = if id == active_id {
+                active_len
+            } else {
+                file.len()?
+            };
+            let (valid, n) = scan(file.as_ref(), end)?;
+            if valid != end {
+                return Err(Error::corruption(
+                    file.path(),
+                    valid,
+                    "value-log record fails its checksum or runs past the segment end",
+                ));
+            }
+            records += n;
+        }
+        Ok(records)
+    }
+
     /// Bytes appended since open.
     pub(crate) fn bytes_written(&self) -> u64 {
         self.bytes_written.load(Ordering::Relaxed)
@@ -289,7 +323,13 @@ fn create_segment(vfs: &dyn Vfs, dir: &Path, id: u32) -> Result<Arc<dyn VfsFile>
 
 /// The length of the longest prefix of `file` made of whole, checksummed records.
 fn valid_prefix(file: &dyn VfsFile) -> Result<u64> {
-    let len = file.len()?;
+    Ok(scan(file, file.len()?)?.0)
+}
+
+/// Scans whole, checksummed records from the start of `file` up to `len`: returns where
+/// they stop and how many there are.
+fn scan(file: &dyn VfsFile, len: u64) -> Result<(u64, u64)> {
+    let mut records = 0;
     let mut at = 0;
     let mut head = [0u8; HEADER_LEN];
     let mut payload = Vec::new();
@@ -305,8 +345,9 @@ fn valid_prefix(file: &dyn VfsFile) -> Result<u64> {
             break;
         }
         at += h.record_len();
+        records += 1;
     }
-    Ok(at)
+    Ok((at, records))
 }
 
 #[cfg(test)]
