@@ -86,7 +86,7 @@ fn unescape(s: &str) -> Result<Vec<u8>, String> {
 }
 
 fn unhex(s: &str) -> Result<Vec<u8>, String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err("an odd number of digits".into());
     }
     (0..s.len())

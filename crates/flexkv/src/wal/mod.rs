@@ -140,7 +140,7 @@ impl Wal {
             let (offset, payload) = match f {
                 Found::Record { offset, payload } => (offset, payload),
                 Found::Bad { offset, reason } => {
-                    cut = Some((id, offset, reason));
+                    cut = Some((id, offset, reason.to_string()));
                     break;
                 }
             };
@@ -159,15 +159,25 @@ impl Wal {
                 }
                 _ => {}
             }
-            let mut dangling = false;
-            for op in g.batches.iter().flatten() {
-                if !holds(op)? {
-                    dangling = true;
-                    break;
-                }
-            }
-            if dangling {
-                cut = Some((id, offset, "entry points past the value log's valid end"));
+            let dangling = g.batches.iter().flatten().find_map(|op| match holds(op) {
+                Ok(true) => None,
+                Ok(false) => Some(Ok(op)),
+                Err(e) => Some(Err(e)),
+            });
+            if let Some(op) = dangling {
+                let at = match op? {
+                    Op::PutSeparated { ptr, .. } => format!(
+                        " (offset {} of {})",
+                        ptr.offset,
+                        crate::vlog::segment_name(ptr.segment)
+                    ),
+                    _ => String::new(),
+                };
+                cut = Some((
+                    id,
+                    offset,
+                    format!("entry points past the value log's valid end{at}"),
+                ));
                 break;
             }
             last = Some(g.last());
