@@ -355,10 +355,11 @@ fn a_second_open_is_locked_out_until_the_first_closes() {
 fn a_foreign_directory_is_refused_and_left_untouched() {
     let vfs = FaultVfs::new(13);
     vfs.create_dir_all(Path::new("/photos")).unwrap();
-    let f = vfs
-        .open(Path::new("/photos/cat.jpg"), OpenMode::CreateNew)
-        .unwrap();
-    f.write_at(b"jpeg", 0).unwrap();
+    let put_file = |path: &str, bytes: &[u8]| {
+        let f = vfs.open(Path::new(path), OpenMode::CreateNew).unwrap();
+        f.write_at(bytes, 0).unwrap();
+    };
+    put_file("/photos/cat.jpg", b"jpeg");
     let r = Db::builder("/photos").vfs(vfs.shared()).open();
     assert!(matches!(r, Err(Error::NotADatabase { .. })), "{r:?}");
     assert_eq!(vfs.list(Path::new("/photos")).unwrap(), vec!["cat.jpg"]);
@@ -370,10 +371,7 @@ fn a_foreign_directory_is_refused_and_left_untouched() {
     assert!(!vfs.exists(Path::new("/missing")).unwrap());
     // A MANIFEST that is not ours.
     vfs.create_dir_all(Path::new("/fake")).unwrap();
-    let f = vfs
-        .open(Path::new("/fake/MANIFEST"), OpenMode::CreateNew)
-        .unwrap();
-    f.write_at(b"not a manifest at all, no", 0).unwrap();
+    put_file("/fake/MANIFEST", b"not a manifest at all, no");
     let r = Db::builder("/fake").vfs(vfs.shared()).open();
     assert!(matches!(r, Err(Error::NotADatabase { .. })), "{r:?}");
     assert_eq!(vfs.list(Path::new("/fake")).unwrap(), vec!["MANIFEST"]);

@@ -122,6 +122,29 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     }
 }
 
+/// A family of numbered files in one directory, `PREFIX` + eight decimal digits +
+/// `SUFFIX` (WAL and value-log segments), so names sort in number order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Numbered {
+    pub(crate) prefix: &'static str,
+    pub(crate) suffix: &'static str,
+}
+
+impl Numbered {
+    /// The file name of number `id`.
+    pub(crate) fn name(self, id: u32) -> String {
+        format!("{}{id:08}{}", self.prefix, self.suffix)
+    }
+
+    /// The number in `name`, if it belongs to this family.
+    pub(crate) fn parse(self, name: &str) -> Option<u32> {
+        name.strip_prefix(self.prefix)?
+            .strip_suffix(self.suffix)?
+            .parse()
+            .ok()
+    }
+}
+
 /// An exclusive lock taken by [`Vfs::lock`]; released when dropped.
 pub struct FileLock {
     _guard: Box<dyn Send + Sync>,

@@ -30,24 +30,24 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::io::{OpenMode, Vfs, VfsFile};
+use crate::io::{Numbered, OpenMode, Vfs, VfsFile};
 use crate::memtable::KeyspaceId;
 use crate::{Error, Result};
 use record::{Header, HEADER_LEN};
 
-const PREFIX: &str = "vlog-";
-const SUFFIX: &str = ".seg";
+/// The segment files.
+const SEGMENTS: Numbered = Numbered {
+    prefix: "vlog-",
+    suffix: ".seg",
+};
 
 /// The file name of segment `id`.
 pub(crate) fn segment_name(id: u32) -> String {
-    format!("{PREFIX}{id:08}{SUFFIX}")
+    SEGMENTS.name(id)
 }
 
 fn parse_segment_name(name: &str) -> Option<u32> {
-    name.strip_prefix(PREFIX)?
-        .strip_suffix(SUFFIX)?
-        .parse()
-        .ok()
+    SEGMENTS.parse(name)
 }
 
 /// One value to separate: which keyspace and key it belongs to, its sequence, its bytes.

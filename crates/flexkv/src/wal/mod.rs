@@ -26,26 +26,26 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::io::{OpenMode, Vfs, VfsFile};
+use crate::io::{Numbered, OpenMode, Vfs, VfsFile};
 use crate::{Error, Result};
 use format::{Found, Group, Op};
 
 /// The WAL format version this build writes and the newest it reads.
 pub(crate) const VERSION: u32 = 1;
 
-const PREFIX: &str = "wal-";
-const SUFFIX: &str = ".log";
+/// The segment files.
+const SEGMENTS: Numbered = Numbered {
+    prefix: "wal-",
+    suffix: ".log",
+};
 
 /// The file name of segment `id`.
 pub(crate) fn segment_name(id: u32) -> String {
-    format!("{PREFIX}{id:08}{SUFFIX}")
+    SEGMENTS.name(id)
 }
 
 fn parse_segment_name(name: &str) -> Option<u32> {
-    name.strip_prefix(PREFIX)?
-        .strip_suffix(SUFFIX)?
-        .parse()
-        .ok()
+    SEGMENTS.parse(name)
 }
 
 #[derive(Debug)]
