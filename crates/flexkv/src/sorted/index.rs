@@ -1,0 +1,553 @@
+//! The sparse KV index of FlexDB §5.1: one entry per *interval* (a run of consecutive
+//! records in the keyspace's FlexSpace), keyed by the interval's first key, giving the
+//! interval's offset and size.
+//!
+//! Offsets are stored as FlexTree stores them: a leaf entry holds a *partial* offset, and
+//! every child pointer of an internal node holds a *shift*; an interval's offset is its
+//! partial offset plus the shifts on its path. Growing or shrinking one interval moves
+//! every later interval, which costs one update per later entry in the same leaf and per
+//! later child on the path: O(fanout × height), never O(intervals). Index keys are the
+//! search keys; shifting never touches them.
+//!
+//! Invariants ([`SparseIndex::check`]): the first interval's key is empty (it covers
+//! every key below the second); keys strictly increase; offsets are contiguous from 0
+//! (each interval starts where the previous one ends); every pivot separates its
+//! neighbouring subtrees. Nodes split when full; a node that empties is removed, and a
+//! root with one child gives way to it (folding its shift down), so the tree never grows
+//! taller than its most recent splits made it. Underfull nodes are not merged: the index
+//! is rebuilt at every open, which compacts it.
+
+use crate::{Error, Result};
+
+type NodeId = usize;
+
+/// Entries per leaf and children per internal node before a split.
+const FANOUT: usize = 64;
+
+/// One interval as the index sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interval {
+    /// The interval's first key (empty for the first interval).
+    pub key: Vec<u8>,
+    /// Where the interval starts in the FlexSpace.
+    pub offset: u64,
+    /// The interval's size in bytes.
+    pub size: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    Leaf {
+        keys: Vec<Box<[u8]>>,
+        partial: Vec<i64>,
+        sizes: Vec<u64>,
+    },
+    Internal {
+        /// `pivots[i]` separates `children[i]` (all keys below it) from
+        /// `children[i + 1]` (all keys at or above it).
+        pivots: Vec<Box<[u8]>>,
+        children: Vec<NodeId>,
+        shifts: Vec<i64>,
+    },
+}
+
+/// The index: a B+-tree over interval keys with partial offsets and shifts.
+#[derive(Debug, Clone)]
+pub struct SparseIndex {
+    nodes: Vec<Node>,
+    free: Vec<NodeId>,
+    root: NodeId,
+    len: usize,
+    fanout: usize,
+}
+
+impl Default for SparseIndex {
+    fn default() -> Self {
+        SparseIndex::new()
+    }
+}
+
+/// One step of a root-to-leaf path: the node and the child (or entry) taken.
+type Path = Vec<(NodeId, usize)>;
+
+impl SparseIndex {
+    /// An index of one empty interval (an empty keyspace).
+    pub fn new() -> Self {
+        SparseIndex::with_fanout(FANOUT)
+    }
+
+    /// As [`SparseIndex::new`], with nodes of `fanout` (at least 4) entries; small
+    /// fanouts make tests reach deep trees.
+    pub fn with_fanout(fanout: usize) -> Self {
+        let leaf = Node::Leaf {
+            keys: vec![Box::default()],
+            partial: vec![0],
+            sizes: vec![0],
+        };
+        SparseIndex {
+            nodes: vec![leaf],
+            free: Vec::new(),
+            root: 0,
+            len: 1,
+            fanout: fanout.max(4),
+        }
+    }
+
+    /// The number of intervals.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the index is empty (never: there is always a first interval).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Descends to the entry whose key is the greatest at or below `key`; returns the
+    /// path and the sum of shifts along it.
+    fn descend(&self, key: &[u8]) -> (Path, i64) {
+        let mut path = Vec::new();
+        let mut shift = 0;
+        let mut id = self.root;
+        loop {
+            match &self.nodes[id] {
+                Node::Internal {
+                    pivots,
+                    children,
+                    shifts,
+                } => {
+                    let c = pivots.partition_point(|p| p.as_ref() <= key);
+                    path.push((id, c));
+                    shift += shifts[c];
+                    id = children[c];
+                }
+                Node::Leaf { keys, .. } => {
+                    let j = keys
+                        .partition_point(|k| k.as_ref() <= key)
+                        .saturating_sub(1);
+                    path.push((id, j));
+                    return (path, shift);
+                }
+            }
+        }
+    }
+
+    fn interval_at(&self, leaf: NodeId, j: usize, shift: i64) -> Interval {
+        let Node::Leaf {
+            keys,
+            partial,
+            sizes,
+        } = &self.nodes[leaf]
+        else {
+            unreachable!("paths end at leaves")
+        };
+        Interval {
+            key: keys[j].to_vec(),
+            offset: u64::try_from(partial[j] + shift)
+                .unwrap_or_else(|_| unreachable!("offsets are never negative")),
+            size: sizes[j],
+        }
+    }
+
+    /// The interval that holds `key` (the one with the greatest index key at or below it).
+    pub fn find(&self, key: &[u8]) -> Interval {
+        let (path, shift) = self.descend(key);
+        let &(leaf, j) = path
+            .last()
+            .unwrap_or_else(|| unreachable!("a path is never empty"));
+        self.interval_at(leaf, j, shift)
+    }
+
+    /// The path to the interval whose index key is exactly `key`.
+    fn exact(&self, key: &[u8]) -> Result<(Path, i64)> {
+        let (path, shift) = self.descend(key);
+        let &(leaf, j) = path
+            .last()
+            .unwrap_or_else(|| unreachable!("a path is never empty"));
+        match &self.nodes[leaf] {
+            Node::Leaf { keys, .. } if keys[j].as_ref() == key => Ok((path, shift)),
+            _ => Err(Error::invalid(format!(
+                "{key:?} is not an interval's index key"
+            ))),
+        }
+    }
+
+    /// The first interval whose key is greater than `key`, if any.
+    pub fn next(&self, key: &[u8]) -> Option<Interval> {
+        self.successor(self.root, key, 0)
+    }
+
+    fn successor(&self, id: NodeId, key: &[u8], shift: i64) -> Option<Interval> {
+        match &self.nodes[id] {
+            Node::Leaf { keys, .. } => {
+                let j = keys.partition_point(|k| k.as_ref() <= key);
+                (j < keys.len()).then(|| self.interval_at(id, j, shift))
+            }
+            Node::Internal {
+                pivots,
+                children,
+                shifts,
+            } => {
+                // Child `c` may hold it; every later child holds only greater keys, so
+                // the first of those that is not empty gives its first interval.
+                let c = pivots.partition_point(|p| p.as_ref() <= key);
+                (c..children.len())
+                    .find_map(|i| self.successor(children[i], key, shift + shifts[i]))
+            }
+        }
+    }
+
+    /// Every interval, in key order.
+    pub fn intervals(&self) -> Vec<Interval> {
+        let mut out = Vec::with_capacity(self.len);
+        let mut cur = Some(self.find(&[]));
+        while let Some(i) = cur {
+            cur = self.next(&i.key);
+            out.push(i);
+        }
+        out
+    }
+
+    /// The total size of all intervals.
+    pub fn total(&self) -> u64 {
+        let mut id = self.root;
+        let mut shift = 0;
+        loop {
+            match &self.nodes[id] {
+                Node::Internal {
+                    children, shifts, ..
+                } => {
+                    shift += shifts[shifts.len() - 1];
+                    id = children[children.len() - 1];
+                }
+                Node::Leaf { partial, sizes, .. } => {
+                    let last = partial.len() - 1;
+                    return (partial[last] + shift) as u64 + sizes[last];
+                }
+            }
+        }
+    }
+
+    /// Grows (or, negative, shrinks) the interval keyed `key` by `delta` bytes, moving
+    /// every later interval by as much.
+    pub fn resize(&mut self, key: &[u8], delta: i64) -> Result<()> {
+        let (path, _) = self.exact(key)?;
+        let &(leaf, j) = path
+            .last()
+            .unwrap_or_else(|| unreachable!("a path is never empty"));
+        let Node::Leaf { partial, sizes, .. } = &mut self.nodes[leaf] else {
+            unreachable!("paths end at leaves")
+        };
+        let size = sizes[j].checked_add_signed(delta).ok_or_else(|| {
+            Error::invalid(format!(
+                "interval of {} bytes cannot change by {delta}",
+                sizes[j]
+            ))
+        })?;
+        sizes[j] = size;
+        partial[j + 1..].iter_mut().for_each(|p| *p += delta);
+        for &(id, c) in &path[..path.len() - 1] {
+            if let Node::Internal { shifts, .. } = &mut self.nodes[id] {
+                shifts[c + 1..].iter_mut().for_each(|s| *s += delta);
+            }
+        }
+        Ok(())
+    }
+
+    /// Splits the interval keyed `key` at `at` bytes from its start: the first `at` bytes
+    /// stay, the rest become a new interval keyed `new_key`, which must lie between `key`
+    /// and the next interval's key. No other interval moves.
+    pub fn split(&mut self, key: &[u8], at: u64, new_key: &[u8]) -> Result<()> {
+        let (mut path, shift) = self.exact(key)?;
+        if new_key <= key || self.next(key).is_some_and(|n| new_key >= n.key.as_slice()) {
+            return Err(Error::invalid(
+                "a split key must lie between its neighbours' keys",
+            ));
+        }
+        let &(leaf, j) = path
+            .last()
+            .unwrap_or_else(|| unreachable!("a path is never empty"));
+        let Node::Leaf { partial, sizes, .. } = &mut self.nodes[leaf] else {
+            unreachable!("paths end at leaves")
+        };
+        if at > sizes[j] {
+            return Err(Error::invalid(format!(
+                "split at {at} of a {}-byte interval",
+                sizes[j]
+            )));
+        }
+        let offset = partial[j] + shift + at as i64;
+        let size = sizes[j] - at;
+        sizes[j] = at;
+        // The new entry goes where its key leads, which is not always beside the old
+        // one: a pivot left behind by a merge can send it to the next leaf.
+        let shift;
+        (path, shift) = self.descend(new_key);
+        let &(leaf, _) = path
+            .last()
+            .unwrap_or_else(|| unreachable!("a path is never empty"));
+        let Node::Leaf {
+            keys,
+            partial,
+            sizes,
+        } = &mut self.nodes[leaf]
+        else {
+            unreachable!("paths end at leaves")
+        };
+        let pos = keys.partition_point(|k| k.as_ref() <= new_key);
+        keys.insert(pos, new_key.into());
+        partial.insert(pos, offset - shift);
+        sizes.insert(pos, size);
+        self.len += 1;
+        self.split_full(&mut path);
+        Ok(())
+    }
+
+    /// Merges the interval after the one keyed `key` into it: the two become one, keyed
+    /// `key`. No interval moves.
+    pub fn merge_next(&mut self, key: &[u8]) -> Result<()> {
+        self.exact(key)?;
+        let next = self
+            .next(key)
+            .ok_or_else(|| Error::invalid("the last interval has nothing to merge with"))?;
+        let (path, _) = self.exact(&next.key)?;
+        let &(leaf, j) = path
+            .last()
+            .unwrap_or_else(|| unreachable!("a path is never empty"));
+        if let Node::Leaf {
+            keys,
+            partial,
+            sizes,
+        } = &mut self.nodes[leaf]
+        {
+            keys.remove(j);
+            partial.remove(j);
+            sizes.remove(j);
+        }
+        self.len -= 1;
+        self.remove_empty(path);
+        // The merged interval absorbs the bytes; later offsets are unchanged.
+        let (path, _) = self.exact(key)?;
+        let &(leaf, j) = path
+            .last()
+            .unwrap_or_else(|| unreachable!("a path is never empty"));
+        if let Node::Leaf { sizes, .. } = &mut self.nodes[leaf] {
+            sizes[j] += next.size;
+        }
+        Ok(())
+    }
+
+    fn alloc(&mut self, node: Node) -> NodeId {
+        match self.free.pop() {
+            Some(id) => {
+                self.nodes[id] = node;
+                id
+            }
+            None => {
+                self.nodes.push(node);
+                self.nodes.len() - 1
+            }
+        }
+    }
+
+    fn entries(&self, id: NodeId) -> usize {
+        match &self.nodes[id] {
+            Node::Leaf { keys, .. } => keys.len(),
+            Node::Internal { children, .. } => children.len(),
+        }
+    }
+
+    /// Splits the last node of `path` if it is over full, and its ancestors in turn.
+    fn split_full(&mut self, path: &mut Path) {
+        while let Some((id, _)) = path.pop() {
+            if self.entries(id) <= self.fanout {
+                return;
+            }
+            let (right, pivot) = match &mut self.nodes[id] {
+                Node::Leaf {
+                    keys,
+                    partial,
+                    sizes,
+                } => {
+                    let half = keys.len() / 2;
+                    let right = Node::Leaf {
+                        keys: keys.split_off(half),
+                        partial: partial.split_off(half),
+                        sizes: sizes.split_off(half),
+                    };
+                    let Node::Leaf { keys: rk, .. } = &right else {
+                        unreachable!()
+                    };
+                    let pivot = rk[0].clone();
+                    (right, pivot)
+                }
+                Node::Internal {
+                    pivots,
+                    children,
+                    shifts,
+                } => {
+                    let half = children.len() / 2;
+                    let right_children = children.split_off(half);
+                    let right_shifts = shifts.split_off(half);
+                    let mut right_pivots = pivots.split_off(half - 1);
+                    let pivot = right_pivots.remove(0);
+                    let right = Node::Internal {
+                        pivots: right_pivots,
+                        children: right_children,
+                        shifts: right_shifts,
+                    };
+                    (right, pivot)
+                }
+            };
+            let right = self.alloc(right);
+            match path.last() {
+                Some(&(parent, c)) => {
+                    let Node::Internal {
+                        pivots,
+                        children,
+                        shifts,
+                    } = &mut self.nodes[parent]
+                    else {
+                        unreachable!("a parent is internal")
+                    };
+                    // The new node inherits the old one's shift: its entries keep their
+                    // effective offsets.
+                    let inherited = shifts[c];
+                    pivots.insert(c, pivot);
+                    children.insert(c + 1, right);
+                    shifts.insert(c + 1, inherited);
+                }
+                None => {
+                    self.root = self.alloc(Node::Internal {
+                        pivots: vec![pivot],
+                        children: vec![id, right],
+                        shifts: vec![0, 0],
+                    });
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Removes the last node of `path` if it is empty (and ancestors left empty), then
+    /// lets a root with a single child give way to it.
+    fn remove_empty(&mut self, mut path: Path) {
+        while let Some((id, _)) = path.pop() {
+            if self.entries(id) > 0 || id == self.root {
+                break;
+            }
+            self.free.push(id);
+            let &(parent, c) = path
+                .last()
+                .unwrap_or_else(|| unreachable!("a non-root has a parent"));
+            if let Node::Internal {
+                pivots,
+                children,
+                shifts,
+            } = &mut self.nodes[parent]
+            {
+                children.remove(c);
+                shifts.remove(c);
+                if !pivots.is_empty() {
+                    pivots.remove(c.saturating_sub(1));
+                }
+            }
+        }
+        while let Node::Internal {
+            children, shifts, ..
+        } = &self.nodes[self.root]
+        {
+            if children.len() != 1 {
+                break;
+            }
+            let (child, shift) = (children[0], shifts[0]);
+            match &mut self.nodes[child] {
+                Node::Leaf { partial, .. } => partial.iter_mut().for_each(|p| *p += shift),
+                Node::Internal { shifts, .. } => shifts.iter_mut().for_each(|s| *s += shift),
+            }
+            self.free.push(self.root);
+            self.root = child;
+        }
+    }
+
+    /// Checks every invariant; `Err` says which one fails where.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let all = self.intervals();
+        if all.len() != self.len {
+            return Err(format!(
+                "{} intervals reachable, {} counted",
+                all.len(),
+                self.len
+            ));
+        }
+        if all
+            .first()
+            .is_none_or(|f| !f.key.is_empty() || f.offset != 0)
+        {
+            return Err("the first interval must have the empty key and offset 0".into());
+        }
+        for w in all.windows(2) {
+            if w[0].key >= w[1].key {
+                return Err(format!(
+                    "keys out of order: {:?} then {:?}",
+                    w[0].key, w[1].key
+                ));
+            }
+            if w[0].offset + w[0].size != w[1].offset {
+                return Err(format!(
+                    "interval {:?} does not start where {:?} ends",
+                    w[1].key, w[0].key
+                ));
+            }
+        }
+        self.check_node(self.root, None, None)
+    }
+
+    /// Every key under `id` lies in `[lo, hi)`.
+    fn check_node(
+        &self,
+        id: NodeId,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+    ) -> std::result::Result<(), String> {
+        match &self.nodes[id] {
+            Node::Leaf { keys, .. } => {
+                for k in keys {
+                    if lo.is_some_and(|l| k.as_ref() < l) || hi.is_some_and(|h| k.as_ref() >= h) {
+                        return Err(format!("key {k:?} outside its pivots"));
+                    }
+                }
+                Ok(())
+            }
+            Node::Internal {
+                pivots,
+                children,
+                shifts,
+            } => {
+                if children.len() != pivots.len() + 1
+                    || shifts.len() != children.len()
+                    || children.len() > self.fanout
+                {
+                    return Err(format!("internal node {id} is malformed"));
+                }
+                for (c, &child) in children.iter().enumerate() {
+                    let l = if c == 0 {
+                        lo
+                    } else {
+                        Some(pivots[c - 1].as_ref())
+                    };
+                    let h = if c == pivots.len() {
+                        hi
+                    } else {
+                        Some(pivots[c].as_ref())
+                    };
+                    self.check_node(child, l, h)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,145 @@
+use super::*;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// The model: intervals in order, as (key, size); offsets are the running sums.
+fn model_intervals(m: &[(Vec<u8>, u64)]) -> Vec<Interval> {
+    let mut off = 0;
+    m.iter()
+        .map(|(k, s)| {
+            let i = Interval {
+                key: k.clone(),
+                offset: off,
+                size: *s,
+            };
+            off += s;
+            i
+        })
+        .collect()
+}
+
+fn key(n: u32) -> Vec<u8> {
+    n.to_be_bytes().to_vec()
+}
+
+#[test]
+fn an_empty_keyspace_is_one_empty_interval() {
+    let ix = SparseIndex::new();
+    assert_eq!(ix.len(), 1);
+    assert_eq!(
+        ix.find(b"anything"),
+        Interval {
+            key: vec![],
+            offset: 0,
+            size: 0
+        }
+    );
+    assert_eq!(ix.next(b""), None);
+    assert_eq!(ix.total(), 0);
+    ix.check().unwrap();
+}
+
+/// Figure 10 of the paper: four intervals; inserting a 9-byte pair into the second
+/// shifts the last two by 9.
+#[test]
+fn figure_10_insert_shifts_the_later_intervals() {
+    let mut ix = SparseIndex::new();
+    ix.resize(b"", 106).unwrap();
+    ix.split(b"", 42, b"bit").unwrap();
+    ix.split(b"bit", 22, b"foo").unwrap();
+    ix.split(b"foo", 27, b"pin").unwrap();
+    let offsets: Vec<_> = ix.intervals().iter().map(|i| i.offset).collect();
+    assert_eq!(offsets, [0, 42, 64, 91]);
+    assert_eq!(ix.find(b"kit").key, b"foo");
+    assert_eq!(ix.find(b"kit").offset, 64);
+    assert_eq!(ix.find(b"cat").key, b"bit");
+    ix.resize(b"bit", 9).unwrap();
+    let offsets: Vec<_> = ix.intervals().iter().map(|i| i.offset).collect();
+    assert_eq!(offsets, [0, 42, 73, 100]);
+    assert_eq!(ix.total(), 115);
+    ix.check().unwrap();
+}
+
+#[test]
+fn bad_requests_are_refused_and_change_nothing() {
+    let mut ix = SparseIndex::new();
+    ix.resize(b"", 10).unwrap();
+    ix.split(b"", 5, b"m").unwrap();
+    let before = ix.intervals();
+    assert!(ix.resize(b"x", 1).is_err(), "not an index key");
+    assert!(ix.resize(b"m", -6).is_err(), "size below zero");
+    assert!(ix.split(b"", 6, b"c").is_err(), "past the interval's end");
+    assert!(ix.split(b"", 1, b"").is_err(), "key not above its own");
+    assert!(ix.split(b"", 1, b"z").is_err(), "key not below the next");
+    assert!(ix.merge_next(b"m").is_err(), "nothing after the last");
+    assert_eq!(ix.intervals(), before);
+}
+
+/// Random resizes, splits and merges against the model, on trees deep enough (fanout
+/// 4) to split and collapse internal nodes, with `check` after every step.
+#[test]
+fn random_operations_match_a_model() {
+    for seed in 0..12 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut ix = SparseIndex::with_fanout(4);
+        let mut m: Vec<(Vec<u8>, u64)> = vec![(vec![], 0)];
+        for step in 0..1500 {
+            let i = rng.random_range(0..m.len());
+            let k = m[i].0.clone();
+            match rng.random_range(0..10) {
+                0..=3 => {
+                    let delta = rng.random_range(-(m[i].1 as i64)..=200);
+                    ix.resize(&k, delta).unwrap();
+                    m[i].1 = m[i].1.checked_add_signed(delta).unwrap();
+                }
+                4..=7 => {
+                    // A new key strictly between this one and the next.
+                    let lo = if k.is_empty() {
+                        0
+                    } else {
+                        u32::from_be_bytes(k[..4].try_into().unwrap())
+                    };
+                    let hi = m.get(i + 1).map_or(u32::MAX, |(n, _)| {
+                        u32::from_be_bytes(n[..4].try_into().unwrap())
+                    });
+                    if hi - lo < 2 {
+                        continue;
+                    }
+                    let nk = key(rng.random_range(lo + 1..hi));
+                    let at = rng.random_range(0..=m[i].1);
+                    ix.split(&k, at, &nk).unwrap();
+                    let rest = m[i].1 - at;
+                    m[i].1 = at;
+                    m.insert(i + 1, (nk, rest));
+                }
+                _ => {
+                    if i + 1 < m.len() {
+                        ix.merge_next(&k).unwrap();
+                        let (_, s) = m.remove(i + 1);
+                        m[i].1 += s;
+                    }
+                }
+            }
+            ix.check()
+                .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+            assert_eq!(ix.len(), m.len());
+            let want = model_intervals(&m);
+            if step % 50 == 0 {
+                assert_eq!(ix.intervals(), want, "seed {seed} step {step}");
+            }
+            // Point lookups: a key inside some interval finds it.
+            let probe = rng.random_range(0..m.len());
+            assert_eq!(ix.find(&want[probe].key), want[probe]);
+            assert_eq!(ix.total(), want.iter().map(|i| i.size).sum::<u64>());
+        }
+        // Merge everything back into one interval: the tree collapses to a leaf.
+        while ix.len() > 1 {
+            ix.merge_next(b"").unwrap();
+        }
+        ix.check().unwrap();
+        assert_eq!(
+            ix.intervals(),
+            model_intervals(&[(vec![], m.iter().map(|(_, s)| s).sum())])
+        );
+    }
+}
