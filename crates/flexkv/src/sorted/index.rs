@@ -70,6 +70,16 @@ impl Default for SparseIndex {
 /// One step of a root-to-leaf path: the node and the child (or entry) taken.
 type Path = Vec<(NodeId, usize)>;
 
+/// A leaf's keys, partial offsets and sizes.
+type LeafMut<'a> = (&'a mut Vec<Box<[u8]>>, &'a mut Vec<i64>, &'a mut Vec<u64>);
+
+/// The leaf and entry a path ends at.
+fn end(path: &Path) -> (NodeId, usize) {
+    *path
+        .last()
+        .unwrap_or_else(|| unreachable!("a path is never empty"))
+}
+
 impl SparseIndex {
     /// An index of one empty interval (an empty keyspace).
     pub fn new() -> Self {
@@ -152,18 +162,14 @@ impl SparseIndex {
     /// The interval that holds `key` (the one with the greatest index key at or below it).
     pub fn find(&self, key: &[u8]) -> Interval {
         let (path, shift) = self.descend(key);
-        let &(leaf, j) = path
-            .last()
-            .unwrap_or_else(|| unreachable!("a path is never empty"));
+        let (leaf, j) = end(&path);
         self.interval_at(leaf, j, shift)
     }
 
     /// The path to the interval whose index key is exactly `key`.
     fn exact(&self, key: &[u8]) -> Result<(Path, i64)> {
         let (path, shift) = self.descend(key);
-        let &(leaf, j) = path
-            .last()
-            .unwrap_or_else(|| unreachable!("a path is never empty"));
+        let (leaf, j) = end(&path);
         match &self.nodes[leaf] {
             Node::Leaf { keys, .. } if keys[j].as_ref() == key => Ok((path, shift)),
             _ => Err(Error::invalid(format!(
@@ -232,12 +238,8 @@ impl SparseIndex {
     /// every later interval by as much.
     pub fn resize(&mut self, key: &[u8], delta: i64) -> Result<()> {
         let (path, _) = self.exact(key)?;
-        let &(leaf, j) = path
-            .last()
-            .unwrap_or_else(|| unreachable!("a path is never empty"));
-        let Node::Leaf { partial, sizes, .. } = &mut self.nodes[leaf] else {
-            unreachable!("paths end at leaves")
-        };
+        let (leaf, j) = end(&path);
+        let (_, partial, sizes) = self.leaf_mut(leaf);
         let size = sizes[j].checked_add_signed(delta).ok_or_else(|| {
             Error::invalid(format!(
                 "interval of {} bytes cannot change by {delta}",
@@ -264,12 +266,8 @@ impl SparseIndex {
                 "a split key must lie between its neighbours' keys",
             ));
         }
-        let &(leaf, j) = path
-            .last()
-            .unwrap_or_else(|| unreachable!("a path is never empty"));
-        let Node::Leaf { partial, sizes, .. } = &mut self.nodes[leaf] else {
-            unreachable!("paths end at leaves")
-        };
+        let (leaf, j) = end(&path);
+        let (_, partial, sizes) = self.leaf_mut(leaf);
         if at > sizes[j] {
             return Err(Error::invalid(format!(
                 "split at {at} of a {}-byte interval",
@@ -283,17 +281,8 @@ impl SparseIndex {
         // one: a pivot left behind by a merge can send it to the next leaf.
         let shift;
         (path, shift) = self.descend(new_key);
-        let &(leaf, _) = path
-            .last()
-            .unwrap_or_else(|| unreachable!("a path is never empty"));
-        let Node::Leaf {
-            keys,
-            partial,
-            sizes,
-        } = &mut self.nodes[leaf]
-        else {
-            unreachable!("paths end at leaves")
-        };
+        let (leaf, _) = end(&path);
+        let (keys, partial, sizes) = self.leaf_mut(leaf);
         let pos = keys.partition_point(|k| k.as_ref() <= new_key);
         keys.insert(pos, new_key.into());
         partial.insert(pos, offset - shift);
@@ -311,30 +300,29 @@ impl SparseIndex {
             .next(key)
             .ok_or_else(|| Error::invalid("the last interval has nothing to merge with"))?;
         let (path, _) = self.exact(&next.key)?;
-        let &(leaf, j) = path
-            .last()
-            .unwrap_or_else(|| unreachable!("a path is never empty"));
-        if let Node::Leaf {
-            keys,
-            partial,
-            sizes,
-        } = &mut self.nodes[leaf]
-        {
-            keys.remove(j);
-            partial.remove(j);
-            sizes.remove(j);
-        }
+        let (leaf, j) = end(&path);
+        let (keys, partial, sizes) = self.leaf_mut(leaf);
+        keys.remove(j);
+        partial.remove(j);
+        sizes.remove(j);
         self.len -= 1;
         self.remove_empty(path);
         // The merged interval absorbs the bytes; later offsets are unchanged.
         let (path, _) = self.exact(key)?;
-        let &(leaf, j) = path
-            .last()
-            .unwrap_or_else(|| unreachable!("a path is never empty"));
-        if let Node::Leaf { sizes, .. } = &mut self.nodes[leaf] {
-            sizes[j] += next.size;
-        }
+        let (leaf, j) = end(&path);
+        self.leaf_mut(leaf).2[j] += next.size;
         Ok(())
+    }
+
+    fn leaf_mut(&mut self, id: NodeId) -> LeafMut<'_> {
+        match &mut self.nodes[id] {
+            Node::Leaf {
+                keys,
+                partial,
+                sizes,
+            } => (keys, partial, sizes),
+            Node::Internal { .. } => unreachable!("paths end at leaves"),
+        }
     }
 
     fn alloc(&mut self, node: Node) -> NodeId {
