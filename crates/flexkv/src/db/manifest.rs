@@ -221,6 +221,25 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        /// Any bytes are a manifest, not one, or an error; never a panic.
+        #[test]
+        fn decoding_never_panics(tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let mut b = MAGIC.to_vec();
+            b.extend_from_slice(&tail);
+            let _ = Manifest::decode(Path::new("/m"), &b);
+            let _ = Manifest::decode(Path::new("/m"), &tail);
+            // A garbage body under a valid header and checksum reaches the body parser.
+            let mut framed = MAGIC.to_vec();
+            push_u32(&mut framed, VERSION);
+            push_u32(&mut framed, tail.len() as u32);
+            framed.extend_from_slice(&tail);
+            let crc = crc32c::crc32c(&framed);
+            push_u32(&mut framed, crc);
+            let _ = Manifest::decode(Path::new("/m"), &framed);
+        }
+    }
+
     #[test]
     fn write_replaces_the_manifest_durably() {
         let vfs = FaultVfs::new(1);

@@ -133,6 +133,15 @@ mod tests {
         assert!(Header::decode(&buf[..HEADER_LEN - 1]).is_err());
     }
 
+    proptest::proptest! {
+        /// Any bytes decode to a header or an error, never a panic.
+        #[test]
+        fn header_decoding_never_panics(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let _ = Header::decode(&data);
+            let _ = Pointer::decode(&data);
+        }
+    }
+
     #[test]
     fn a_pointer_round_trips() {
         let p = Pointer {

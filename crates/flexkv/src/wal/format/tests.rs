@@ -182,3 +182,47 @@ fn varints_round_trip() {
         assert_eq!(c.at, out.len());
     }
 }
+
+mod arbitrary_bytes {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Decoders meet garbage without panicking: the reader reports damage or a clean
+        /// end, and a group decoder returns an error or a group.
+        #[test]
+        fn decoders_never_panic(data in proptest::collection::vec(any::<u8>(), 0..3000)) {
+            for found in Reader::new(&data) {
+                if let Found::Record { payload, .. } = found {
+                    let _ = decode_group(&payload);
+                }
+            }
+            let _ = decode_group(&data);
+            let _ = parse_segment_header(&data);
+        }
+
+        /// Mutations of a valid segment: every record read back is one that was written.
+        #[test]
+        fn mutated_segments_never_yield_foreign_records(
+            flips in proptest::collection::vec((any::<usize>(), 1u8..=255), 1..6),
+            cut in any::<usize>(),
+        ) {
+            let payloads: Vec<Vec<u8>> = (0..6).map(|i| vec![i as u8; 700 * i + 3]).collect();
+            let mut data = Vec::new();
+            let mut len = 0;
+            for p in &payloads {
+                len = frame(&mut data, len, p);
+            }
+            for (at, x) in flips {
+                let at = at % data.len();
+                data[at] ^= x;
+            }
+            data.truncate(cut % (data.len() + 1));
+            for found in Reader::new(&data) {
+                if let Found::Record { payload, .. } = found {
+                    prop_assert!(payloads.contains(&payload));
+                }
+            }
+        }
+    }
+}
