@@ -600,3 +600,23 @@ fn check_reads_every_record_and_names_the_damaged_file() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Handles cross threads: the database, keyspaces, snapshots, iterators and batches.
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Db>();
+    send_sync::<flexkv::Keyspace>();
+    send_sync::<flexkv::Snapshot>();
+    send_sync::<flexkv::Iter>();
+    send_sync::<WriteBatch>();
+    let vfs = FaultVfs::new(21);
+    let db = Arc::new(open(&vfs));
+    db.put(b"k", b"v").unwrap();
+    let snap = db.snapshot();
+    let it = db.iter();
+    let got = std::thread::spawn(move || (snap.get(b"k").unwrap(), it.count()))
+        .join()
+        .unwrap();
+    assert_eq!(got, (Some(b"v".to_vec()), 1));
+}
