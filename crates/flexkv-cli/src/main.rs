@@ -271,6 +271,9 @@ fn run(cli: &Cli) -> CliResult {
                 ("memtable_bytes", s.memtable_bytes.into()),
                 ("vlog_live_bytes", s.vlog_live_bytes.into()),
                 ("wal_tail_cut", s.wal_tail_cut.into()),
+                ("intervals", s.intervals.into()),
+                ("index_bytes", s.index_bytes.into()),
+                ("space_live_bytes", s.space_live_bytes.into()),
                 ("keyspaces", db.keyspaces().len().into()),
             ];
             if cli.json {
@@ -292,8 +295,8 @@ fn run(cli: &Cli) -> CliResult {
             let r = db.check()?;
             writeln!(
                 out,
-                "ok: {} WAL records, {} value-log records, {} separated values read",
-                r.wal_records, r.vlog_records, r.values_read
+                "ok: {} WAL records, {} value-log records, {} sorted records, {} separated values read",
+                r.wal_records, r.vlog_records, r.sorted_records, r.values_read
             )
             .map_err(|e| Failure(e.to_string()))?;
             db.close()?;

@@ -219,8 +219,9 @@ fn stats_and_check_report_and_check_finds_damage() {
         .success(); // separated
     flexkv(&db).args(["put", "s", "small"]).assert().success();
     let s = stdout(flexkv(&db).arg("stats"));
+    // Every run of the tool closes the database, which commits the memtable.
     assert!(
-        s.contains("visible_seq: 2") && s.contains("memtable_entries: 2"),
+        s.contains("visible_seq: 2") && s.contains("memtable_entries: 0"),
         "{s}"
     );
     let j: serde_json::Value =
@@ -228,16 +229,18 @@ fn stats_and_check_report_and_check_finds_damage() {
     assert_eq!(j["visible_seq"], 2);
     let ok = stdout(flexkv(&db).arg("check"));
     assert!(
-        ok.starts_with("ok: 2 WAL records, 1 value-log records, 1 separated values read"),
+        ok.starts_with(
+            "ok: 0 WAL records, 1 value-log records, 2 sorted records, 1 separated values read"
+        ),
         "{ok}"
     );
     let vlog = db.join("vlog-00000001.seg");
     let mut bytes = std::fs::read(&vlog).unwrap();
     bytes[40] ^= 1; // inside the value
     std::fs::write(&vlog, bytes).unwrap();
-    // Damage to the last record looks like a torn tail at open; the WAL proves it was
-    // durable, so the open fails, naming the value-log segment.
-    fails(flexkv(&db).arg("check"), "offset 0 of vlog-00000001.seg");
+    // Damage to the last record looks like a torn tail at open, and is cut; the sorted
+    // keyspace still points at it, so the check fails, naming the value-log segment.
+    fails(flexkv(&db).arg("check"), "vlog-00000001.seg");
 }
 
 #[test]

@@ -5,6 +5,10 @@
 //! - every batch acknowledged as `Sync` is present;
 //! - no batch is half there;
 //! - what is there is the state after some prefix of the sequence order.
+//!
+//! Memtables are tiny, so the committer freezes and commits many times during the
+//! workload (and once more at close), and the crash points fall inside commits too:
+//! before, during and after the FlexSpace syncs and the manifest update.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,7 +21,7 @@ use rand::{Rng, SeedableRng};
 
 const DIR: &str = "/db";
 const THREADS: usize = 3;
-const BATCHES: usize = 12;
+const BATCHES: usize = 30;
 const CRASH_POINTS: u64 = 1000;
 
 fn open(vfs: &FaultVfs) -> flexkv::Result<Db> {
@@ -26,6 +30,13 @@ fn open(vfs: &FaultVfs) -> flexkv::Result<Db> {
         .value_threshold(64)
         .wal_segment_size(64 << 10)
         .vlog_segment_size(64 << 10)
+        .memtable_size(4 << 10)
+        .space_options(flexkv::space::SpaceOptions {
+            segment_size: 64 << 10,
+            max_extent: 16 << 10,
+            log_capacity: 8 << 10,
+            ..Default::default()
+        })
         .open()
 }
 
@@ -76,7 +87,7 @@ fn writer(db: &Db, t: usize, seed: u64) -> Outcomes {
 
 /// Runs the workload, with the disk failing from its `fail_at`-th operation on; returns
 /// each thread's outcomes and the number of operations issued.
-fn run(vfs: &FaultVfs, seed: u64, fail_at: Option<u64>) -> (Vec<Outcomes>, u64) {
+fn run(vfs: &FaultVfs, seed: u64, fail_at: Option<u64>) -> (Vec<Outcomes>, u64, u64) {
     let db = Arc::new(open(vfs).unwrap());
     let start = vfs.op_count();
     if let Some(n) = fail_at {
@@ -92,10 +103,11 @@ fn run(vfs: &FaultVfs, seed: u64, fail_at: Option<u64>) -> (Vec<Outcomes>, u64) 
             });
         }
     });
-    let ops = vfs.op_count() - start;
+    let commits = db.stats().commits;
     drop(db); // closing on a dead disk fails quietly, as a crash would
+    let ops = vfs.op_count() - start; // the commit at close included
     let results = Arc::try_unwrap(results).unwrap().into_inner().unwrap();
-    (results, ops)
+    (results, ops, commits)
 }
 
 fn check(db: &Db, outcomes: &[Outcomes], ctx: &str) {
@@ -154,18 +166,24 @@ fn check(db: &Db, outcomes: &[Outcomes], ctx: &str) {
 #[test]
 fn many_writers_crash_at_every_point_and_recover_a_prefix() {
     let mut modes = BTreeSet::new();
-    let (_, total) = run(&FaultVfs::new(0), 0, None);
+    let (_, total, commits) = run(&FaultVfs::new(0), 0, None);
     assert!(total > 50, "the workload issued only {total} operations");
+    assert!(
+        commits >= 4,
+        "only {commits} commits ran during the workload"
+    );
     for point in 0..CRASH_POINTS {
         let vfs = FaultVfs::new(point);
         let mut rng = SmallRng::seed_from_u64(point);
         let fail_at = rng.random_range(1..=total + 5);
-        let (outcomes, _) = run(&vfs, point, Some(fail_at));
+        let (outcomes, _, _) = run(&vfs, point, Some(fail_at));
         let mode = vfs.crash(CrashMode::Random);
         modes.insert(format!("{mode:?}"));
         let ctx = format!("point {point} (disk dead from op {fail_at}), {mode:?}");
         let db = open(&vfs).unwrap_or_else(|e| panic!("{ctx}: reopen failed: {e}"));
         check(&db, &outcomes, &ctx);
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check after recovery: {e}"));
         // The recovered database takes writes and keeps them.
         db.put(b"after", b"crash").unwrap();
         db.close().unwrap();
@@ -185,7 +203,7 @@ fn many_writers_crash_at_every_point_and_recover_a_prefix() {
 #[test]
 fn concurrent_writers_without_a_crash_lose_nothing() {
     let vfs = FaultVfs::new(77);
-    let (outcomes, _) = run(&vfs, 77, None);
+    let (outcomes, _, _) = run(&vfs, 77, None);
     for o in &outcomes {
         assert_eq!(o.len(), BATCHES);
         assert!(o.iter().all(|(_, _, s)| s.is_some()));

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use flexkv::io::{CrashMode, FaultVfs};
+use flexkv::space::SpaceOptions;
 use flexkv::{Db, Durability, Keyspace, Snapshot, WriteBatch};
 use proptest::prelude::*;
 
@@ -28,8 +29,19 @@ enum Op {
     CheckSnapshot(usize, usize),
     DropSnapshot(usize),
     Sync,
+    Flush,
     Reopen,
     Crash,
+}
+
+/// FlexSpace options small enough that a test fills segments and collects them.
+fn small_space() -> SpaceOptions {
+    SpaceOptions {
+        segment_size: 64 << 10,
+        max_extent: 16 << 10,
+        log_capacity: 16 << 10,
+        ..SpaceOptions::default()
+    }
 }
 
 fn key() -> impl Strategy<Value = Vec<u8>> {
@@ -60,6 +72,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (ks.clone(), any::<usize>()).prop_map(|(s, i)| Op::CheckSnapshot(s, i)),
         1 => any::<usize>().prop_map(Op::DropSnapshot),
         2 => Just(Op::Sync),
+        2 => Just(Op::Flush),
         1 => Just(Op::Reopen),
         1 => Just(Op::Crash),
     ]
@@ -98,9 +111,14 @@ impl World {
     }
 
     fn open(vfs: &FaultVfs) -> (Db, Vec<Keyspace>) {
+        // Memtables this small fill every few operations, so every case commits to
+        // the sorted keyspaces many times, and small FlexSpace segments make their
+        // garbage collection run too.
         let db = Db::builder(DIR)
             .vfs(vfs.shared())
             .value_threshold(32)
+            .memtable_size(4 << 10)
+            .space_options(small_space())
             .open()
             .unwrap();
         let mut ks = vec![db.default_keyspace()];
@@ -208,6 +226,11 @@ impl World {
                 self.db.sync().unwrap();
                 self.durable = self.model.clone();
             }
+            Op::Flush => {
+                // A commit makes what it commits durable, Buffered writes included.
+                self.db.flush().unwrap();
+                self.durable = self.model.clone();
+            }
             Op::Reopen => {
                 self.snapshots.clear();
                 self.ks.clear();
@@ -234,6 +257,7 @@ impl World {
         for s in 0..KEYSPACES {
             self.check_range(s, &None, &None, false, None);
         }
+        self.db.check().unwrap();
     }
 }
 
@@ -247,6 +271,7 @@ proptest! {
             w.apply(op);
         }
         w.check_all();
+
     }
 }
 

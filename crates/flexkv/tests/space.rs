@@ -437,6 +437,15 @@ fn read_extent_returns_the_extent_start_and_tags_persist() {
     let s = open(&vfs, opts());
     assert_eq!(s.tag(500), Some(42));
     assert_eq!(s.read_extent(505, 100).unwrap().2, b"RECORD");
+    assert_eq!(s.next_tagged(0), Some((500, 42)));
+    assert_eq!(s.next_tagged(500), Some((500, 42)));
+    assert_eq!(
+        s.next_tagged(501),
+        None,
+        "the tag belongs to the extent's start only"
+    );
+    assert_eq!(s.extents_in(500, 6), 1);
+    assert_eq!(s.extents_in(499, 2), 2);
 }
 
 #[test]

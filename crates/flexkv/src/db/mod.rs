@@ -2,13 +2,15 @@
 //! value log), the memtable, the sequence oracle and the snapshot registry, and hands
 //! out [`Keyspace`], [`Snapshot`] and [`Iter`] handles.
 //!
-//! Until the sorted keyspace lands (FlexDB on FlexSpace), every write lives in the
-//! memtable and the WAL, and recovery replays the whole WAL; the manifest's applied
-//! sequence stays 0.
+//! A write goes to the WAL and the active memtable; the committer ([`commit`]) moves
+//! frozen memtables into each keyspace's sorted store ([`crate::sorted`]) and records
+//! the applied sequence in the manifest; recovery replays the WAL above it.
 //!
-//! Directory layout: `LOCK`, `MANIFEST`, `wal-NNNNNNNN.log`, `vlog-NNNNNNNN.seg`.
+//! Directory layout: `LOCK`, `MANIFEST`, `wal-NNNNNNNN.log`, `vlog-NNNNNNNN.seg`, and a
+//! directory `ks-NNNNNNNN` (a FlexSpace) per keyspace.
 
 mod batch;
+mod commit;
 mod manifest;
 mod options;
 mod read;
@@ -18,13 +20,13 @@ mod write;
 pub use batch::WriteBatch;
 pub use manifest::KeyspaceKind;
 pub use options::{
-    Builder, Durability, Options, WalRecovery, MAX_BATCH_BYTES, MAX_BATCH_OPS,
+    Builder, Durability, Options, WalRecovery, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_INLINE_VALUE,
     MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
 pub use read::{Iter, Keyspace, Snapshot};
 pub use stats::Stats;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,12 +37,16 @@ use parking_lot::{Mutex, RwLock};
 use crate::io::{FileLock, Vfs};
 use crate::memtable::{KeyspaceId, Memtable, Value};
 use crate::mvcc::{Snapshots, Visibility};
+use crate::sorted::commit::LockHolds;
+use crate::sorted::history;
+use crate::sorted::store::{SortedStore, StoreOptions};
 use crate::vlog::ValueLog;
 use crate::wal::format::Op;
 use crate::wal::group::GroupCommit;
 use crate::wal::sync::SyncPoint;
 use crate::wal::Wal;
 use crate::{Error, Result};
+use commit::{Frozen, Signal, Tables};
 use manifest::{Entry, Manifest};
 use write::{Request, Written};
 
@@ -54,6 +60,8 @@ pub struct CheckReport {
     pub vlog_records: u64,
     /// Separated values read through their pointers.
     pub values_read: u64,
+    /// Records read from the sorted keyspaces.
+    pub sorted_records: u64,
 }
 
 /// The lock file's name.
@@ -90,8 +98,49 @@ static NEXT_DB_ID: AtomicU64 = AtomicU64::new(1);
 /// once, and handles used after it return [`Error::Closed`].
 #[derive(Debug)]
 pub struct Db {
-    inner: Arc<Inner>,
+    inner: Handle,
     default: Keyspace,
+}
+
+/// A user's reference to the database. The committer thread holds the engine with a
+/// plain `Arc`, so it never keeps a database open: when the last handle goes (the
+/// `Db` and every keyspace, snapshot and iterator), the database closes.
+pub(crate) struct Handle(Arc<Inner>);
+
+impl Handle {
+    fn new(inner: Arc<Inner>) -> Handle {
+        inner.handles.fetch_add(1, Ordering::AcqRel);
+        Handle(inner)
+    }
+}
+
+impl Clone for Handle {
+    fn clone(&self) -> Self {
+        Handle::new(Arc::clone(&self.0))
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if self.0.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Best effort: an error here has nobody to go to; what was acknowledged as
+            // `Sync` is durable already, and recovery handles the rest.
+            let _ = self.0.close();
+        }
+    }
+}
+
+impl std::ops::Deref for Handle {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -101,6 +150,9 @@ struct Counters {
     groups: AtomicU64,
     grouped_batches: AtomicU64,
     max_group: AtomicU64,
+    commits: AtomicU64,
+    stalls: AtomicU64,
+    stall_micros: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -111,7 +163,15 @@ pub(crate) struct Inner {
     lock: Mutex<Option<FileLock>>,
     manifest: Mutex<Manifest>,
     names: RwLock<HashMap<String, KeyspaceId>>,
-    memtable: Memtable,
+    tables: RwLock<Tables>,
+    stores: RwLock<BTreeMap<KeyspaceId, Arc<SortedStore>>>,
+    signal: Signal,
+    committer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    commit_error: Mutex<Option<Error>>,
+    holds: LockHolds,
+    handles: AtomicU64,
+    /// Serializes [`Db::flush`] calls.
+    flushing: Mutex<()>,
     vlog: ValueLog,
     wal: Wal,
     group: GroupCommit<Request, Result<Written>>,
@@ -149,7 +209,14 @@ impl Db {
         Builder::new(path.as_ref())
     }
 
-    pub(crate) fn open_with(path: &Path, opts: Options) -> Result<Db> {
+    pub(crate) fn open_with(path: &Path, mut opts: Options) -> Result<Db> {
+        if opts.memtable_size < 4 << 10 {
+            return Err(Error::invalid(format!(
+                "memtable_size of {} bytes is under 4 KiB",
+                opts.memtable_size
+            )));
+        }
+        opts.value_threshold = opts.value_threshold.min(MAX_INLINE_VALUE + 1);
         for (name, size) in [
             ("wal_segment_size", opts.wal_segment_size),
             ("vlog_segment_size", opts.vlog_segment_size),
@@ -193,6 +260,10 @@ impl Db {
             .iter()
             .map(|e| (e.name.clone(), e.id))
             .collect();
+        let mut stores = BTreeMap::new();
+        for e in &manifest.keyspaces {
+            stores.insert(e.id, Arc::new(open_store(&opts, path, e.id)?));
+        }
         let memtable = Memtable::default();
         for g in &recovered.groups {
             for (i, batch) in g.batches.iter().enumerate() {
@@ -203,6 +274,12 @@ impl Db {
             }
         }
         let last = recovered.last_seq;
+        // What the WAL replay found is committed first, in the background.
+        let frozen = (!memtable.is_empty()).then(|| Frozen {
+            table: Arc::new(memtable),
+            last_seq: last,
+            wal_through: wal.active_segment() - 1,
+        });
         let inner = Arc::new(Inner {
             id: NEXT_DB_ID.fetch_add(1, Ordering::Relaxed),
             dir: path.to_path_buf(),
@@ -211,7 +288,14 @@ impl Db {
             lock: Mutex::new(Some(lock)),
             manifest: Mutex::new(manifest),
             names: RwLock::new(names),
-            memtable,
+            tables: RwLock::new(Tables::new(frozen)),
+            stores: RwLock::new(stores),
+            signal: Signal::default(),
+            committer: Mutex::new(None),
+            commit_error: Mutex::new(None),
+            holds: LockHolds::default(),
+            handles: AtomicU64::new(0),
+            flushing: Mutex::new(()),
             vlog,
             wal,
             group: GroupCommit::new(),
@@ -224,7 +308,14 @@ impl Db {
             stats: Counters::default(),
             wal_tail_cut: recovered.cut_tail,
         });
-        let default = Keyspace::new(Arc::clone(&inner), 0, manifest::DEFAULT);
+        let worker = Arc::clone(&inner);
+        let thread = std::thread::Builder::new()
+            .name("flexkv-committer".into())
+            .spawn(move || worker.committer_loop())
+            .map_err(|e| Error::io("spawn the committer thread", path, e))?;
+        *inner.committer.lock() = Some(thread);
+        let inner = Handle::new(inner);
+        let default = Keyspace::new(inner.clone(), 0, manifest::DEFAULT);
         Ok(Db { inner, default })
     }
 
@@ -240,15 +331,15 @@ impl Db {
         self.inner.check_open()?;
         check_keyspace_name(name)?;
         if let Some(&id) = self.inner.names.read().get(name) {
-            return Ok(Keyspace::new(Arc::clone(&self.inner), id, name));
+            return Ok(Keyspace::new(self.inner.clone(), id, name));
         }
         let mut manifest = self.inner.manifest.lock();
         if let Some(&id) = self.inner.names.read().get(name) {
-            return Ok(Keyspace::new(Arc::clone(&self.inner), id, name));
+            return Ok(Keyspace::new(self.inner.clone(), id, name));
         }
         let mut next = manifest.clone();
         let id = next.next_id;
-        if id == KeyspaceId::MAX {
+        if id >= history::HISTORY {
             return Err(Error::invalid("no keyspace numbers are left"));
         }
         next.next_id += 1;
@@ -257,10 +348,12 @@ impl Db {
             kind: KeyspaceKind::Sorted,
             name: name.to_string(),
         });
+        let store = open_store(&self.inner.opts, &self.inner.dir, id)?;
         next.write(self.inner.vfs.as_ref(), &self.inner.dir)?;
         *manifest = next;
+        self.inner.stores.write().insert(id, Arc::new(store));
         self.inner.names.write().insert(name.to_string(), id);
-        Ok(Keyspace::new(Arc::clone(&self.inner), id, name))
+        Ok(Keyspace::new(self.inner.clone(), id, name))
     }
 
     /// The names and kinds of every keyspace, sorted by name.
@@ -333,15 +426,26 @@ impl Db {
     }
 
     /// Verifies every checksum the database has: every WAL record, every value-log
-    /// record, and every separated value through its pointer (key and check value
-    /// included). Returns what was checked, or the first [`Error::Corruption`] found,
-    /// naming the file and offset.
+    /// record, every record of every sorted keyspace (with the keyspace's invariants),
+    /// and every separated value through its pointer (key and check value included).
+    /// Returns what was checked, or the first [`Error::Corruption`] found, naming the
+    /// file and offset.
     pub fn check(&self) -> Result<CheckReport> {
         self.inner.check_open()?;
         let inner = &self.inner;
         let wal_records = inner.wal.check()?;
         let vlog_records = inner.vlog.check()?;
-        let separated = inner.memtable.separated();
+        let mut separated = Vec::new();
+        for t in inner.tables.read().newest_first() {
+            separated.extend(t.separated());
+        }
+        let mut sorted_records = 0;
+        let stores: Vec<_> = inner.stores.read().values().cloned().collect();
+        for store in stores {
+            let (records, ptrs) = store.check()?;
+            sorted_records += records;
+            separated.extend(ptrs.into_iter().map(|(k, p)| (store.ks, k, p)));
+        }
         for (ks, key, ptr) in &separated {
             inner.vlog.read(ptr, *ks, key)?;
         }
@@ -349,7 +453,33 @@ impl Db {
             wal_records,
             vlog_records,
             values_read: separated.len() as u64,
+            sorted_records,
         })
+    }
+
+    /// Commits every write so far to the sorted keyspaces now (the committer does this
+    /// in the background when a memtable fills or ages), and waits until it is done.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.check_writable()?;
+        let _one = self.inner.flushing.lock();
+        self.inner.freeze(false)?;
+        // The committer takes frozen memtables in order; wait for ours to go.
+        let mut flags = self.inner.signal.state.lock();
+        loop {
+            if self.inner.tables.read().frozen.is_empty() {
+                return Ok(());
+            }
+            if self.inner.poisoned.load(Ordering::Acquire) {
+                return Err(Error::Poisoned);
+            }
+            if flags.shutdown {
+                return Err(Error::Closed);
+            }
+            self.inner
+                .signal
+                .cond
+                .wait_for(&mut flags, std::time::Duration::from_millis(50));
+        }
     }
 
     /// The engine's counters.
@@ -397,8 +527,31 @@ impl Inner {
         } else {
             self.wait_durable(self.sync.written_seq())
         };
+        // Commit everything, so the next open replays nothing.
+        let drained = self.drain();
+        let mut closed = Ok(());
+        for (_, store) in std::mem::take(&mut *self.stores.write()) {
+            let c = match Arc::try_unwrap(store) {
+                Ok(s) => s.close(),
+                Err(s) => s.sync(), // a reader still has it for a moment
+            };
+            if closed.is_ok() {
+                closed = c;
+            }
+        }
         self.lock.lock().take();
-        r
+        r.and(drained).and(closed)
+    }
+
+    /// The sorted store of keyspace `ks`.
+    pub(crate) fn store(&self, ks: KeyspaceId) -> Result<Arc<SortedStore>> {
+        match self.stores.read().get(&ks) {
+            Some(s) => Ok(Arc::clone(s)),
+            None => {
+                self.check_open()?;
+                Err(Error::invalid(format!("keyspace {ks} has no store")))
+            }
+        }
     }
 
     /// Resolves a stored version to the value a reader gets.
@@ -410,31 +563,62 @@ impl Inner {
         }
     }
 
-    fn get_at(&self, ks: KeyspaceId, key: &[u8], seq: u64) -> Result<Option<Vec<u8>>> {
+    /// The version of `key` a reader at `seq` sees: from the memtables (newest first),
+    /// else from the keyspace's sorted store. A snapshot (`exact`) follows the history
+    /// chain of a record newer than it; a read at "now" takes the newest committed
+    /// version, which was visible before the read began.
+    fn version_at(&self, ks: KeyspaceId, key: &[u8], seq: u64, exact: bool) -> Result<Value> {
         self.check_open()?;
         batch::check_key(key)?;
-        match self.memtable.get(ks, key, seq) {
-            Some((_, v)) => self.resolve(ks, key, v),
-            None => Ok(None),
+        // The memtables are listed before the store is read: a memtable committed in
+        // between is then in the store already.
+        let tables = self.tables.read().newest_first();
+        for t in &tables {
+            if let Some((_, v)) = t.get(ks, key, seq) {
+                return Ok(v);
+            }
         }
+        let Some(found) = self.store(ks)?.get(key)? else {
+            return Ok(Value::Tombstone);
+        };
+        let v = if exact && found.seq > seq {
+            history::at(&self.vlog, ks, key, found, seq)?
+        } else {
+            Some(found)
+        };
+        Ok(v.map_or(Value::Tombstone, |v| v.value))
     }
 
-    fn contains_at(&self, ks: KeyspaceId, key: &[u8], seq: u64) -> Result<bool> {
-        self.check_open()?;
-        batch::check_key(key)?;
-        Ok(matches!(
-            self.memtable.get(ks, key, seq),
-            Some((_, Value::Inline(_) | Value::Separated(_)))
+    fn get_at(&self, ks: KeyspaceId, key: &[u8], seq: u64, exact: bool) -> Result<Option<Vec<u8>>> {
+        let v = self.version_at(ks, key, seq, exact)?;
+        self.resolve(ks, key, v)
+    }
+
+    fn contains_at(&self, ks: KeyspaceId, key: &[u8], seq: u64, exact: bool) -> Result<bool> {
+        Ok(!matches!(
+            self.version_at(ks, key, seq, exact)?,
+            Value::Tombstone
         ))
     }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // Best effort: an error here has nobody to go to; what was acknowledged as
-        // `Sync` is durable already, and recovery handles the rest.
-        let _ = self.close();
-    }
+/// Opens the sorted store of keyspace `id` under `dir`.
+fn open_store(opts: &Options, dir: &Path, id: KeyspaceId) -> Result<SortedStore> {
+    SortedStore::open(
+        Arc::clone(&opts.vfs),
+        &dir.join(store_dir_name(id)),
+        id,
+        StoreOptions {
+            cache_bytes: opts.cache_bytes,
+            recovery_step: opts.recovery_step,
+            space: opts.space,
+        },
+    )
+}
+
+/// The directory of keyspace `id`'s sorted store.
+pub(crate) fn store_dir_name(id: KeyspaceId) -> String {
+    format!("ks-{id:08}")
 }
 
 /// Decides whether `path` may be opened: `Ok(true)` if a new database is to be created

@@ -11,6 +11,10 @@ use crate::{Db, Result};
 pub const MAX_KEY_LEN: usize = 4096;
 /// The longest value, in bytes (64 MiB).
 pub const MAX_VALUE_LEN: usize = 64 << 20;
+/// The largest value kept inline in the sorted keyspace; larger values always go to
+/// the value log, whatever [`Builder::value_threshold`] says, so a record fits an
+/// interval (16 KiB).
+pub const MAX_INLINE_VALUE: usize = 8 << 10;
 /// The most operations in one [`WriteBatch`](crate::WriteBatch).
 pub const MAX_BATCH_OPS: usize = 1 << 20;
 /// The most key and value bytes in one [`WriteBatch`](crate::WriteBatch) (256 MiB).
@@ -52,6 +56,11 @@ pub struct Options {
     pub(crate) wal_segment_size: u64,
     pub(crate) vlog_segment_size: u64,
     pub(crate) wal_recovery: WalRecovery,
+    pub(crate) memtable_size: usize,
+    pub(crate) cache_bytes: usize,
+    pub(crate) commit_interval: std::time::Duration,
+    pub(crate) recovery_step: u64,
+    pub(crate) space: crate::space::SpaceOptions,
 }
 
 impl Default for Options {
@@ -63,6 +72,11 @@ impl Default for Options {
             wal_segment_size: 64 << 20,
             vlog_segment_size: 256 << 20,
             wal_recovery: WalRecovery::Strict,
+            memtable_size: 64 << 20,
+            cache_bytes: 256 << 20,
+            commit_interval: std::time::Duration::from_secs(5),
+            recovery_step: 16 << 10,
+            space: crate::space::SpaceOptions::default(),
         }
     }
 }
@@ -97,7 +111,8 @@ impl Builder {
     }
 
     /// Values of at least this many bytes go to the value log, written once, and the WAL
-    /// holds a pointer (default 4096). `usize::MAX` keeps every value inline.
+    /// and the sorted keyspace hold a pointer (default 4096). Values above
+    /// [`MAX_INLINE_VALUE`] are separated whatever this says.
     pub fn value_threshold(mut self, bytes: usize) -> Self {
         self.opts.value_threshold = bytes;
         self
@@ -118,6 +133,41 @@ impl Builder {
     /// What to do with a WAL damaged before its tail (default [`WalRecovery::Strict`]).
     pub fn wal_recovery(mut self, mode: WalRecovery) -> Self {
         self.opts.wal_recovery = mode;
+        self
+    }
+
+    /// The memtable's size in bytes (default 64 MiB, at least 4 KiB). A full memtable
+    /// is frozen and committed to the sorted keyspaces in the background while a new
+    /// one takes writes; writers wait only when a second one fills before the first is
+    /// committed.
+    pub fn memtable_size(mut self, bytes: usize) -> Self {
+        self.opts.memtable_size = bytes;
+        self
+    }
+
+    /// The interval cache's budget in bytes, per keyspace (default 256 MiB).
+    pub fn cache_bytes(mut self, bytes: usize) -> Self {
+        self.opts.cache_bytes = bytes;
+        self
+    }
+
+    /// A memtable older than this is committed even if it is not full (default 5 s).
+    pub fn commit_interval(mut self, every: std::time::Duration) -> Self {
+        self.opts.commit_interval = every;
+        self
+    }
+
+    /// On open, each keyspace's index is rebuilt by reading one interval head's key at
+    /// most every this many bytes (default 16 KiB; 0 reads every head). Larger steps
+    /// open faster and leave larger intervals, which split again as they are written.
+    pub fn recovery_step(mut self, bytes: u64) -> Self {
+        self.opts.recovery_step = bytes;
+        self
+    }
+
+    /// The FlexSpace options of each keyspace (segment size, extent size, log size).
+    pub fn space_options(mut self, opts: crate::space::SpaceOptions) -> Self {
+        self.opts.space = opts;
         self
     }
 

@@ -9,21 +9,25 @@
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
 use super::batch::check_value;
-use super::Inner;
+use super::Handle;
 use crate::memtable::{KeyspaceId, Value};
+use crate::sorted::history::{self, Version};
 use crate::{Durability, Result, WriteBatch};
 
 /// A named keyspace of a [`Db`](crate::Db): its own sorted key order. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Keyspace {
-    db: Arc<Inner>,
+    db: Handle,
     id: KeyspaceId,
     name: Arc<str>,
 }
 
 impl Keyspace {
-    pub(crate) fn new(db: Arc<Inner>, id: KeyspaceId, name: &str) -> Self {
+    pub(crate) fn new(db: Handle, id: KeyspaceId, name: &str) -> Self {
         Keyspace {
             db,
             id,
@@ -71,12 +75,13 @@ impl Keyspace {
 
     /// The value at `key`, as of now.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.db.get_at(self.id, key, self.db.vis.visible())
+        self.db.get_at(self.id, key, self.db.vis.visible(), false)
     }
 
     /// Whether `key` has a value (possibly empty), as of now.
     pub fn contains(&self, key: &[u8]) -> Result<bool> {
-        self.db.contains_at(self.id, key, self.db.vis.visible())
+        self.db
+            .contains_at(self.id, key, self.db.vis.visible(), false)
     }
 
     /// A snapshot at the current visible sequence, reading this keyspace.
@@ -84,7 +89,7 @@ impl Keyspace {
         let seq = self.db.snapshots.acquire(&self.db.vis);
         Snapshot {
             guard: Arc::new(Guard {
-                db: Arc::clone(&self.db),
+                db: self.db.clone(),
                 seq,
             }),
             ks: self.id,
@@ -110,7 +115,7 @@ impl Keyspace {
 /// Keeps a sequence registered as a live snapshot until the last user drops it.
 #[derive(Debug)]
 struct Guard {
-    db: Arc<Inner>,
+    db: Handle,
     seq: u64,
 }
 
@@ -151,12 +156,14 @@ impl Snapshot {
 
     /// The value at `key` as of the snapshot.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.guard.db.get_at(self.ks, key, self.guard.seq)
+        self.guard.db.get_at(self.ks, key, self.guard.seq, true)
     }
 
     /// Whether `key` had a value as of the snapshot.
     pub fn contains(&self, key: &[u8]) -> Result<bool> {
-        self.guard.db.contains_at(self.ks, key, self.guard.seq)
+        self.guard
+            .db
+            .contains_at(self.ks, key, self.guard.seq, true)
     }
 
     /// The pairs with keys in `range` as of the snapshot.
@@ -172,6 +179,10 @@ impl Snapshot {
             lo: own(range.start_bound()),
             hi: own(range.end_bound()),
             done: false,
+            buf: VecDeque::new(),
+            buf_epoch: None,
+            buf_forward: true,
+            buf_end: false,
         }
     }
 
@@ -209,6 +220,11 @@ fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
 /// from the front and in reverse from the back ([`DoubleEndedIterator`]). An item is an
 /// error if a value cannot be read (a value-log record fails its checks) or the
 /// database was closed; iteration may go on after a value error.
+///
+/// Each step merges the memtables (sought afresh from the last key returned) with the
+/// sorted store, whose records it reads an interval at a time. Buffered records are
+/// used only while the store's epoch is unchanged; after a commit the iterator seeks
+/// again by key. No lock is held between steps.
 #[derive(Debug)]
 pub struct Iter {
     guard: Arc<Guard>,
@@ -217,6 +233,13 @@ pub struct Iter {
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
     done: bool,
+    /// Store records past the bound in the current direction, nearest first.
+    buf: VecDeque<(Box<[u8]>, Version)>,
+    /// The store epoch `buf` was read at (`None`: nothing read).
+    buf_epoch: Option<u64>,
+    buf_forward: bool,
+    /// The store has nothing past `buf` in this direction.
+    buf_end: bool,
 }
 
 type Item = Result<(Vec<u8>, Vec<u8>)>;
@@ -236,39 +259,119 @@ impl Iter {
         above_lo && below_hi
     }
 
+    /// The next store record in the direction, refilling the buffer as needed.
+    fn store_head(&mut self, forward: bool) -> Result<Option<(Box<[u8]>, Version)>> {
+        let db = &self.guard.db;
+        let store = db.store(self.ks)?;
+        let epoch = store.epoch.load(Ordering::SeqCst);
+        if self.buf_epoch != Some(epoch) || self.buf_forward != forward {
+            self.buf.clear();
+            self.buf_epoch = None;
+        }
+        if self.buf.is_empty() && !(self.buf_epoch.is_some() && self.buf_end) {
+            let from = if forward {
+                as_ref(&self.lo)
+            } else {
+                as_ref(&self.hi)
+            };
+            let (e, recs) = store.scan(from, forward)?;
+            self.buf_epoch = Some(e);
+            self.buf_forward = forward;
+            self.buf_end = recs.is_empty();
+            self.buf = recs.into();
+        }
+        Ok(self.buf.front().cloned())
+    }
+
     fn step(&mut self, forward: bool) -> Option<Item> {
         while !self.done {
-            let db = &self.guard.db;
-            if let Err(e) = db.check_open() {
-                self.done = true;
-                return Some(Err(e));
+            match self.step_once(forward) {
+                Ok(Some(Some(item))) => return Some(Ok(item)),
+                Ok(Some(None)) => continue,
+                Ok(None) => {
+                    self.done = true;
+                    return None;
+                }
+                Err((e, fatal)) => {
+                    self.done |= fatal;
+                    return Some(Err(e));
+                }
             }
-            let seq = self.guard.seq;
-            let found = if forward {
-                db.memtable.next_at(self.ks, as_ref(&self.lo), seq)
-            } else {
-                db.memtable.prev_at(self.ks, as_ref(&self.hi), seq)
-            };
-            let Some((key, _, value)) = found.filter(|(k, _, _)| self.inside(k)) else {
-                self.done = true;
-                return None;
-            };
-            let key = key.into_vec();
-            if forward {
-                self.lo = Bound::Excluded(key.clone());
-            } else {
-                self.hi = Bound::Excluded(key.clone());
-            }
-            if matches!(value, Value::Tombstone) {
-                continue;
-            }
-            return Some(match db.resolve(self.ks, &key, value) {
-                Ok(Some(v)) => Ok((key, v)),
-                Ok(None) => continue,
-                Err(e) => Err(e),
-            });
         }
         None
+    }
+
+    /// One key: `None` at the end, `Some(None)` for a key with no value at this
+    /// sequence, an error with whether iteration must stop.
+    #[allow(clippy::type_complexity)]
+    fn step_once(
+        &mut self,
+        forward: bool,
+    ) -> std::result::Result<Option<Option<(Vec<u8>, Vec<u8>)>>, (crate::Error, bool)> {
+        let fatal = |e| (e, true);
+        self.guard.db.check_open().map_err(fatal)?;
+        let seq = self.guard.seq;
+        let ks = self.ks;
+        // Memtables first (listed before the store's epoch is read), newest first.
+        let tables = self.guard.db.tables.read().newest_first();
+        let mut mem: Option<(Box<[u8]>, Value)> = None;
+        for t in &tables {
+            let found = if forward {
+                t.next_at(ks, as_ref(&self.lo), seq)
+            } else {
+                t.prev_at(ks, as_ref(&self.hi), seq)
+            };
+            if let Some((k, _, v)) = found {
+                let better = mem
+                    .as_ref()
+                    .is_none_or(|(m, _)| if forward { k < *m } else { k > *m });
+                if better {
+                    mem = Some((k, v));
+                }
+            }
+        }
+        let stored = self.store_head(forward).map_err(fatal)?;
+        let mem = mem.filter(|(k, _)| self.inside(k));
+        let stored = stored.filter(|(k, _)| self.inside(k));
+        let take_mem = match (&mem, &stored) {
+            (None, None) => return Ok(None),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some((m, _)), Some((s, _))) => {
+                if forward {
+                    m <= s
+                } else {
+                    m >= s
+                }
+            }
+        };
+        let (key, value) = if take_mem {
+            let (k, v) = mem.unwrap_or_else(|| unreachable!("chosen because present"));
+            if stored.as_ref().is_some_and(|(s, _)| *s == k) {
+                self.buf.pop_front();
+            }
+            (k, Some(v))
+        } else {
+            let (k, found) = stored.unwrap_or_else(|| unreachable!("chosen because present"));
+            self.buf.pop_front();
+            let db = &self.guard.db;
+            let v = history::at(&db.vlog, ks, &k, found, seq).map_err(|e| (e, false))?;
+            (k, v.map(|v| v.value))
+        };
+        let key = key.into_vec();
+        if forward {
+            self.lo = Bound::Excluded(key.clone());
+        } else {
+            self.hi = Bound::Excluded(key.clone());
+        }
+        let Some(value) = value else {
+            return Ok(Some(None));
+        };
+        match self.guard.db.resolve(ks, &key, value) {
+            Ok(Some(v)) => Ok(Some(Some((key, v)))),
+            Ok(None) => Ok(Some(None)),
+            Err(e) => Err((e, false)),
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Inner;
+use crate::sorted::store::SortedStore;
 
 /// A copy of the engine's counters since the database was opened.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -32,7 +33,44 @@ pub struct Stats {
     pub memtable_bytes: u64,
     /// Versions held by the memtable.
     pub memtable_entries: u64,
-    /// Value-log bytes still referenced (per segment, summed).
+    /// Memtables frozen and waiting for the committer.
+    pub frozen_memtables: u64,
+    /// Memtables the committer has applied to the sorted keyspaces.
+    pub commits: u64,
+    /// Writes that waited for the committer because two memtables were full, and the
+    /// microseconds they waited in all.
+    pub write_stalls: u64,
+    /// Microseconds writers spent waiting for the committer.
+    pub write_stall_micros: u64,
+    /// Keys whose new versions the committer applied.
+    pub pairs_committed: u64,
+    /// Versions written to the value log as history for snapshots.
+    pub history_records: u64,
+    /// Interval-cache hits.
+    pub cache_hits: u64,
+    /// Interval-cache misses (intervals read from the FlexSpace).
+    pub cache_misses: u64,
+    /// Fragmented intervals rewritten whole.
+    pub defrags: u64,
+    /// Intervals in the sparse indexes.
+    pub intervals: u64,
+    /// Bytes of memory the sparse indexes take.
+    pub index_bytes: u64,
+    /// Bytes the interval caches hold.
+    pub cache_bytes: u64,
+    /// Bytes written to the keyspaces' FlexSpaces (data, log and tree files).
+    pub space_bytes: u64,
+    /// Bytes of records the keyspaces hold.
+    pub space_live_bytes: u64,
+    /// The longest time the committer held a keyspace's write lock, and the 99th
+    /// percentile (to a power of two), in microseconds.
+    pub lock_hold_max_micros: u64,
+    /// See `lock_hold_max_micros`.
+    pub lock_hold_p99_micros: u64,
+    /// Value-log bytes appended since open, or replayed from the WAL, summed over
+    /// segments. Not yet an exact live count: values already committed to a sorted
+    /// keyspace before this open are not counted (exact accounting comes with
+    /// value-log garbage collection).
     pub vlog_live_bytes: u64,
     /// Snapshots and iterators alive.
     pub live_snapshots: u64,
@@ -71,6 +109,11 @@ impl Inner {
     pub(crate) fn stats(&self) -> Stats {
         let c = &self.stats;
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let tables = self.tables.read().newest_first();
+        let stores: Vec<_> = self.stores.read().values().cloned().collect();
+        let sum = |f: &dyn Fn(&SortedStore) -> u64| stores.iter().map(|s| f(s)).sum::<u64>();
+        let shapes: Vec<_> = stores.iter().map(|s| s.shape()).collect();
+        let (max_hold, p99_hold) = self.holds.max_and_p99();
         Stats {
             user_bytes: get(&c.user_bytes),
             wal_bytes: self.wal.bytes_written(),
@@ -82,8 +125,27 @@ impl Inner {
             groups: get(&c.groups),
             grouped_batches: get(&c.grouped_batches),
             max_group: get(&c.max_group),
-            memtable_bytes: self.memtable.approximate_bytes() as u64,
-            memtable_entries: self.memtable.len() as u64,
+            memtable_bytes: tables.iter().map(|t| t.approximate_bytes() as u64).sum(),
+            memtable_entries: tables.iter().map(|t| t.len() as u64).sum(),
+            frozen_memtables: tables.len() as u64 - 1,
+            commits: get(&c.commits),
+            write_stalls: get(&c.stalls),
+            write_stall_micros: get(&c.stall_micros),
+            pairs_committed: sum(&|s| get(&s.counters.pairs_committed)),
+            history_records: sum(&|s| get(&s.counters.history_written)),
+            cache_hits: sum(&|s| get(&s.counters.cache_hits)),
+            cache_misses: sum(&|s| get(&s.counters.cache_misses)),
+            defrags: sum(&|s| get(&s.counters.defrags)),
+            intervals: shapes.iter().map(|s| s.0).sum(),
+            index_bytes: shapes.iter().map(|s| s.1).sum(),
+            cache_bytes: shapes.iter().map(|s| s.2).sum(),
+            space_bytes: shapes
+                .iter()
+                .map(|s| s.3.data_bytes_written + s.3.log_bytes_written + s.3.tree_bytes_written)
+                .sum(),
+            space_live_bytes: shapes.iter().map(|s| s.3.live_bytes).sum(),
+            lock_hold_max_micros: max_hold,
+            lock_hold_p99_micros: p99_hold,
             vlog_live_bytes: self.vlog.live_bytes().values().sum(),
             live_snapshots: self.snapshots.count() as u64,
             oldest_snapshot: self.snapshots.oldest(),

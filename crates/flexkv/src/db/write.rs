@@ -12,10 +12,11 @@
 //!    drops entries whose values did not survive (no writer was told they were durable).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::batch::BatchOp;
 use super::Inner;
-use crate::memtable::{KeyspaceId, Value};
+use crate::memtable::{KeyspaceId, Memtable, Value};
 use crate::vlog::NewValue;
 use crate::wal::format::{self, OpRef};
 use crate::wal::group::Role;
@@ -38,6 +39,9 @@ pub(crate) struct Request {
 pub(crate) struct Written {
     seq: u64,
     entries: Vec<(KeyspaceId, Vec<u8>, Value)>,
+    /// The memtable that was active when the sequence was handed out: the batch goes
+    /// there, so a frozen memtable holds exactly the batches of its WAL segments.
+    table: Arc<Memtable>,
 }
 
 impl Inner {
@@ -52,17 +56,18 @@ impl Inner {
         if batch.ops.is_empty() {
             return Ok(self.vis.visible());
         }
+        self.make_room()?;
         let durability = batch.durability;
         let user_bytes = batch.bytes as u64;
         let req = Request { ops: batch.ops };
-        let written = match self.group.join(req) {
+        let mut written = match self.group.join(req) {
             Role::Closed => return Err(Error::Closed),
             Role::Done(r) => r?,
             Role::Lead(me, group) => self.lead(me, group)?,
         };
         let seq = written.seq;
-        for (ks, key, value) in written.entries {
-            self.memtable.insert(ks, &key, seq, value);
+        for (ks, key, value) in std::mem::take(&mut written.entries) {
+            written.table.insert(ks, &key, seq, value);
         }
         self.vis.applied_and_wait(seq);
         self.stats
@@ -135,6 +140,7 @@ impl Inner {
                 let last = first + group.len() as u64 - 1;
                 *next = last;
                 self.sync.written(last);
+                let table = Arc::clone(&self.tables.read().active);
                 drop(next);
                 let mut ptrs = ptrs.into_iter();
                 for (i, (ticket, req)) in group.into_iter().enumerate() {
@@ -155,7 +161,11 @@ impl Inner {
                             (op.ks, op.key, value)
                         })
                         .collect();
-                    let w = Written { seq, entries };
+                    let w = Written {
+                        seq,
+                        entries,
+                        table: Arc::clone(&table),
+                    };
                     if ticket == me {
                         *mine = Some(Ok(w));
                     } else {

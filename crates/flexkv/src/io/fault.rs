@@ -67,6 +67,11 @@ impl CrashMode {
 #[derive(Clone)]
 pub struct FaultVfs {
     state: Arc<Mutex<State>>,
+    /// For a handle from [`FaultVfs::shared`]: the generation it belongs to. Once the
+    /// file system crashes, every call through it fails, as a killed process makes no
+    /// more calls: an engine left running by a simulated crash (its threads, say)
+    /// cannot touch the files the next open recovers.
+    bound: Option<u64>,
 }
 
 impl fmt::Debug for FaultVfs {
@@ -313,12 +318,27 @@ impl FaultVfs {
                 fail: None,
                 rng: SplitMix64(seed),
             })),
+            bound: None,
         }
     }
 
     /// This file system as a shared [`Vfs`].
+    /// Calls through it fail once the file system has crashed since.
     pub fn shared(&self) -> Arc<dyn Vfs> {
-        Arc::new(self.clone())
+        let generation = self.state.lock().generation;
+        Arc::new(FaultVfs {
+            state: Arc::clone(&self.state),
+            bound: Some(generation),
+        })
+    }
+
+    /// Counts and checks one call through this handle.
+    fn enter(&self, s: &mut State, op: &'static str, path: &Path) -> Result<()> {
+        if self.bound.is_some_and(|g| g != s.generation) {
+            let stale = std::io::Error::other("stale handle: the file system crashed since");
+            return Err(Error::io(op, path, stale));
+        }
+        s.begin(op, path)
     }
 
     /// How many operations (on the file system and on its files) have been issued so far,
@@ -424,7 +444,7 @@ impl FaultVfs {
 impl Vfs for FaultVfs {
     fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn VfsFile>> {
         let mut s = self.state.lock();
-        s.begin("open", path)?;
+        self.enter(&mut s, "open", path)?;
         let existing = s.names.get(path).copied();
         let ino = match (existing, mode) {
             (Some(_), OpenMode::CreateNew) => {
@@ -446,13 +466,13 @@ impl Vfs for FaultVfs {
 
     fn exists(&self, path: &Path) -> Result<bool> {
         let mut s = self.state.lock();
-        s.begin("stat", path)?;
+        self.enter(&mut s, "stat", path)?;
         Ok(s.names.contains_key(path) || s.dirs.contains(path))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let mut s = self.state.lock();
-        s.begin("rename", from)?;
+        self.enter(&mut s, "rename", from)?;
         let ino = *s.names.get(from).ok_or_else(|| not_found("rename", from))?;
         if !s.parent_exists(to) {
             return Err(not_found("rename", to));
@@ -469,7 +489,7 @@ impl Vfs for FaultVfs {
 
     fn remove(&self, path: &Path) -> Result<()> {
         let mut s = self.state.lock();
-        s.begin("remove", path)?;
+        self.enter(&mut s, "remove", path)?;
         if s.names.remove(path).is_none() {
             return Err(not_found("remove", path));
         }
@@ -481,7 +501,7 @@ impl Vfs for FaultVfs {
 
     fn list(&self, dir: &Path) -> Result<Vec<String>> {
         let mut s = self.state.lock();
-        s.begin("list", dir)?;
+        self.enter(&mut s, "list", dir)?;
         if !s.dirs.contains(dir) {
             return Err(not_found("list", dir));
         }
@@ -494,7 +514,7 @@ impl Vfs for FaultVfs {
 
     fn create_dir_all(&self, dir: &Path) -> Result<()> {
         let mut s = self.state.lock();
-        s.begin("create_dir", dir)?;
+        self.enter(&mut s, "create_dir", dir)?;
         if s.names.contains_key(dir) {
             return Err(Error::io(
                 "create_dir",
@@ -510,7 +530,7 @@ impl Vfs for FaultVfs {
 
     fn sync_dir(&self, dir: &Path) -> Result<()> {
         let mut s = self.state.lock();
-        s.begin("sync_dir", dir)?;
+        self.enter(&mut s, "sync_dir", dir)?;
         if !s.dirs.contains(dir) {
             return Err(not_found("sync_dir", dir));
         }
@@ -527,7 +547,7 @@ impl Vfs for FaultVfs {
 
     fn lock(&self, path: &Path) -> Result<FileLock> {
         let mut s = self.state.lock();
-        s.begin("lock", path)?;
+        self.enter(&mut s, "lock", path)?;
         if s.locks.contains_key(path) {
             return Err(Error::Locked(path.to_path_buf()));
         }

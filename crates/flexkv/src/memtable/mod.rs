@@ -115,6 +115,50 @@ impl Memtable {
     }
 
     /// The newest version of `key` with a sequence at or below `at`.
+    /// Whether the memtable holds nothing.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The keyspaces that have entries here.
+    pub(crate) fn keyspaces(&self) -> Vec<KeyspaceId> {
+        let mut out = Vec::new();
+        let mut e = self.map.front();
+        while let Some(entry) = e {
+            let ks = entry.key().ks;
+            out.push(ks);
+            if ks == KeyspaceId::MAX {
+                break;
+            }
+            e = self
+                .map
+                .lower_bound(Bound::Included(&MemKey::new(ks + 1, &[], u64::MAX)));
+        }
+        out
+    }
+
+    /// Every key of keyspace `ks` in order, with its versions newest first: what the
+    /// committer applies.
+    pub(crate) fn grouped(
+        &self,
+        ks: KeyspaceId,
+    ) -> impl Iterator<Item = (Box<[u8]>, Vec<(u64, Value)>)> + '_ {
+        let mut entries = self
+            .map
+            .range(MemKey::new(ks, &[], u64::MAX)..)
+            .take_while(move |e| e.key().ks == ks)
+            .peekable();
+        std::iter::from_fn(move || {
+            let first = entries.next()?;
+            let key = first.key().key.clone();
+            let mut versions = vec![(first.key().seq, first.value().clone())];
+            while let Some(e) = entries.next_if(|e| e.key().key == key) {
+                versions.push((e.key().seq, e.value().clone()));
+            }
+            Some((key, versions))
+        })
+    }
+
     pub(crate) fn get(&self, ks: KeyspaceId, key: &[u8], at: u64) -> Option<(u64, Value)> {
         let probe = MemKey::new(ks, key, at);
         let e = self.map.lower_bound(Bound::Included(&probe))?;
@@ -203,6 +247,14 @@ mod tests {
         assert_eq!(m.get(0, b"j", 100), None);
         assert_eq!(m.len(), 4);
         assert!(m.approximate_bytes() >= 4 * ENTRY_OVERHEAD);
+        assert_eq!(m.keyspaces(), vec![0, 1]);
+        let g: Vec<_> = m.grouped(0).collect();
+        assert_eq!(g.len(), 1);
+        assert_eq!(&*g[0].0, b"k");
+        let seqs: Vec<u64> = g[0].1.iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs, vec![12, 9, 5], "newest first");
+        assert_eq!(m.grouped(1).count(), 1);
+        assert_eq!(m.grouped(2).count(), 0);
     }
 
     #[test]

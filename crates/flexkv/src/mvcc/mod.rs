@@ -65,6 +65,15 @@ impl Visibility {
             self.advanced.wait(&mut s);
         }
     }
+
+    /// Waits until every sequence up to `seq` is applied and visible. The committer
+    /// calls this before it commits a memtable, so no batch of it is still being put in.
+    pub(crate) fn wait_visible(&self, seq: u64) {
+        let mut s = self.state.lock();
+        while s.visible < seq {
+            self.advanced.wait(&mut s);
+        }
+    }
 }
 
 /// The registry of live snapshots: how many are open at each sequence.
@@ -100,6 +109,12 @@ impl Snapshots {
     /// dropped.
     pub(crate) fn oldest(&self) -> Option<u64> {
         self.live.lock().keys().next().copied()
+    }
+
+    /// Whether a live snapshot reads at a sequence in `[from, to)`: one that sees a
+    /// version written at `from` and superseded at `to`, which must then be kept.
+    pub(crate) fn any_in(&self, from: u64, to: u64) -> bool {
+        from < to && self.live.lock().range(from..to).next().is_some()
     }
 
     /// How many snapshots are live.
@@ -148,6 +163,8 @@ mod tests {
         assert_eq!(snaps.oldest(), Some(6));
         snaps.release(b);
         assert_eq!(snaps.oldest(), Some(6));
+        assert!(snaps.any_in(6, 7) && !snaps.any_in(7, 100) && !snaps.any_in(0, 6));
+        assert!(!snaps.any_in(6, 6), "an empty range holds no snapshot");
         snaps.release(c);
         assert_eq!(snaps.oldest(), None);
     }

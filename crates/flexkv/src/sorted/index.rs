@@ -203,6 +203,76 @@ impl SparseIndex {
         }
     }
 
+    /// The last interval whose key is less than `key`, if any.
+    pub fn prev(&self, key: &[u8]) -> Option<Interval> {
+        self.predecessor(self.root, key, 0)
+    }
+
+    fn predecessor(&self, id: NodeId, key: &[u8], shift: i64) -> Option<Interval> {
+        match &self.nodes[id] {
+            Node::Leaf { keys, .. } => {
+                let j = keys.partition_point(|k| k.as_ref() < key);
+                j.checked_sub(1).map(|j| self.interval_at(id, j, shift))
+            }
+            Node::Internal {
+                pivots,
+                children,
+                shifts,
+            } => {
+                // Children after `c` hold only keys at or above `key`; child `c` (and,
+                // after merges, an earlier one) may hold none below it either.
+                let c = pivots.partition_point(|p| p.as_ref() < key);
+                (0..=c)
+                    .rev()
+                    .find_map(|i| self.predecessor(children[i], key, shift + shifts[i]))
+            }
+        }
+    }
+
+    /// Bytes of memory the index takes: key bytes (rounded to the allocator's 8-byte
+    /// words), the boxes and offsets that hold them, and the nodes' vectors.
+    pub fn memory_bytes(&self) -> usize {
+        let boxed = |ks: &Vec<Box<[u8]>>| -> usize {
+            ks.iter()
+                .map(|k| k.len().next_multiple_of(8) + 16)
+                .sum::<usize>()
+                + (ks.capacity() - ks.len()) * 16
+        };
+        let node = |n: &Node| -> usize {
+            let vecs = 3 * 24;
+            vecs + match n {
+                Node::Leaf {
+                    keys,
+                    partial,
+                    sizes,
+                } => boxed(keys) + partial.capacity() * 8 + sizes.capacity() * 8,
+                Node::Internal {
+                    pivots,
+                    children,
+                    shifts,
+                } => boxed(pivots) + children.capacity() * 8 + shifts.capacity() * 8,
+            }
+        };
+        self.nodes.iter().map(node).sum::<usize>() + self.free.capacity() * 8
+    }
+
+    /// The last interval.
+    pub fn last(&self) -> Interval {
+        let mut id = self.root;
+        let mut shift = 0;
+        loop {
+            match &self.nodes[id] {
+                Node::Internal {
+                    children, shifts, ..
+                } => {
+                    shift += shifts[shifts.len() - 1];
+                    id = children[children.len() - 1];
+                }
+                Node::Leaf { keys, .. } => return self.interval_at(id, keys.len() - 1, shift),
+            }
+        }
+    }
+
     /// Every interval, in key order.
     pub fn intervals(&self) -> Vec<Interval> {
         let mut out = Vec::with_capacity(self.len);

@@ -1,9 +1,15 @@
-//! The sorted keyspace (FlexDB §5), built up in parts. So far: the volatile sparse
-//! index ([`SparseIndex`]) that maps keys to intervals of the keyspace's FlexSpace, and
-//! the [`Record`] format those intervals will hold.
+//! The sorted keyspace (FlexDB §5 on FlexSpace §4, with SkimpyFTL's version history):
+//! records kept in key order in a FlexSpace per keyspace ([`Record`]), a volatile sparse
+//! index over intervals of them ([`SparseIndex`]), an interval cache, the committer that
+//! applies frozen memtables in place, and recovery from the interval heads' tags.
 
+mod cache;
+pub(crate) mod commit;
+pub(crate) mod history;
 mod index;
+mod interval;
 mod record;
+pub(crate) mod store;
 
 pub use index::{Interval, SparseIndex};
 pub use record::{Record, RecordValue};

@@ -126,6 +126,24 @@ impl Record<'_> {
     }
 }
 
+/// The key of the record at the start of `buf`, read from its header alone (no
+/// checksum): for searching records that were verified when they were loaded, and for
+/// learning how many bytes a record's key needs during recovery (`Err` if `buf` is too
+/// short to tell: `Err(n)` asks for at least `n` bytes).
+pub(crate) fn peek_key(buf: &[u8]) -> Result<&[u8], usize> {
+    let mut at = 1;
+    let mut header = || -> Result<usize, &'static str> {
+        varint(buf, &mut at)?;
+        let key_len = len(varint(buf, &mut at)?)?;
+        varint(buf, &mut at)?;
+        Ok(key_len)
+    };
+    match header() {
+        Ok(key_len) => buf.get(at..at + key_len).ok_or(at + key_len),
+        Err(_) => Err(buf.len() + 32),
+    }
+}
+
 fn varint(buf: &[u8], at: &mut usize) -> Result<u64, &'static str> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
@@ -232,6 +250,17 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn peek_key_reads_the_key_or_says_how_much_it_needs() {
+        for r in samples() {
+            let mut buf = Vec::new();
+            r.encode(&mut buf);
+            assert_eq!(peek_key(&buf), Ok(r.key));
+            let need = peek_key(&buf[..2]).unwrap_err();
+            assert!(need > 2, "a cut header asks for more bytes");
         }
     }
 

@@ -370,6 +370,23 @@ impl FlexSpace {
         self.tree.tag_at(off)
     }
 
+    /// The offset of the first tagged extent that starts at or after `off`, and its tag.
+    /// The sorted keyspace finds its interval heads this way when it rebuilds its index.
+    pub fn next_tagged(&self, off: u64) -> Option<(u64, u8)> {
+        self.tree
+            .extents_from(off)
+            .find(|e| e.offset >= off && e.tag != 0)
+            .map(|e| (e.offset, e.tag))
+    }
+
+    /// How many extents map some byte of `[off, off + len)`: how scattered that range is.
+    pub fn extents_in(&self, off: u64, len: u64) -> usize {
+        self.tree
+            .extents_from(off)
+            .take_while(|e| e.offset < off.saturating_add(len))
+            .count()
+    }
+
     /// The counters.
     pub fn stats(&self) -> SpaceStats {
         self.stats

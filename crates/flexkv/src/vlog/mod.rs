@@ -222,6 +222,11 @@ impl ValueLog {
         *self.live.lock().entry(ptr.segment).or_insert(0) += ptr.record_len(key_len);
     }
 
+    /// The path of segment `id`, for error messages.
+    pub(crate) fn segment_path(&self, id: u32) -> PathBuf {
+        self.dir.join(segment_name(id))
+    }
+
     /// Reads the value `ptr` points to, checking that the record is whole and belongs to
     /// `(ks, key)`.
     pub(crate) fn read(&self, ptr: &Pointer, ks: KeyspaceId, key: &[u8]) -> Result<Vec<u8>> {

@@ -269,6 +269,48 @@ impl Wal {
         Ok(())
     }
 
+    /// Closes the active segment (synced, so a sync of the new one still covers
+    /// everything before it) and starts the next; returns the closed segment's number.
+    /// Called when a memtable becomes immutable, under the lock that orders appends, so
+    /// the closed segment and those before it hold exactly the batches up to that point.
+    pub(crate) fn rotate(&self) -> Result<u32> {
+        let mut w = self.writer.lock();
+        w.file.sync()?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        let closed = w.id;
+        *w = create_segment(self.vfs.as_ref(), &self.dir, closed + 1)?;
+        *self.current.lock() = Arc::clone(&w.file);
+        Ok(closed)
+    }
+
+    /// Removes every segment numbered `through` or below, durably: their batches are in
+    /// the sorted keyspaces, and the manifest's applied sequence says so.
+    pub(crate) fn remove_through(&self, through: u32) -> Result<()> {
+        let active = self.writer.lock().id;
+        debug_assert!(through < active, "the active WAL segment is never removed");
+        let mut removed = false;
+        for id in self
+            .vfs
+            .list(&self.dir)?
+            .iter()
+            .filter_map(|n| parse_segment_name(n))
+        {
+            if id <= through && id < active {
+                self.vfs.remove(&self.dir.join(segment_name(id)))?;
+                removed = true;
+            }
+        }
+        if removed {
+            self.vfs.sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// The number of the segment being written.
+    pub(crate) fn active_segment(&self) -> u32 {
+        self.writer.lock().id
+    }
+
     /// Makes everything appended so far durable.
     pub(crate) fn sync(&self) -> Result<()> {
         let file = Arc::clone(&self.current.lock());
@@ -297,7 +339,16 @@ impl Wal {
         let mut records = 0;
         for id in ids {
             let path = self.dir.join(segment_name(id));
-            let file = self.vfs.open(&path, OpenMode::Existing)?;
+            let file = match self.vfs.open(&path, OpenMode::Existing) {
+                Ok(f) => f,
+                // The committer removed it since the listing: its batches are committed.
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound && id < active =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e),
+            };
             let end = if id == active {
                 active_len
             } else {

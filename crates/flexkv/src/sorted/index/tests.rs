@@ -128,8 +128,23 @@ fn random_operations_match_a_model() {
                 assert_eq!(ix.intervals(), want, "seed {seed} step {step}");
             }
             // Point lookups: a key inside some interval finds it.
-            let probe = rng.random_range(0..m.len());
-            assert_eq!(ix.find(&want[probe].key), want[probe]);
+            assert_eq!(Some(ix.last()), want.last().cloned());
+            for probe in 0..m.len() {
+                assert_eq!(ix.find(&want[probe].key), want[probe]);
+                let mut inside = want[probe].key.clone();
+                inside.push(0);
+                assert_eq!(ix.find(&inside), want[probe], "a key inside the interval");
+                assert_eq!(
+                    ix.next(&inside),
+                    want.get(probe + 1).cloned(),
+                    "the interval after"
+                );
+                assert_eq!(
+                    ix.prev(&want[probe].key),
+                    probe.checked_sub(1).map(|p| want[p].clone()),
+                    "the interval before"
+                );
+            }
             assert_eq!(ix.total(), want.iter().map(|i| i.size).sum::<u64>());
         }
         // Merge everything back into one interval: the tree collapses to a leaf.

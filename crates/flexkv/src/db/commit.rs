@@ -1,0 +1,273 @@
+//! Memtables and the committer thread (FlexDB §5.3).
+//!
+//! Writes go to the *active* memtable. When it is full (or old), it is *frozen*: under
+//! the lock that orders WAL appends, a new WAL segment and a new memtable start, so the
+//! frozen memtable holds exactly the batches of the WAL segments up to the one closed.
+//! The committer applies the oldest frozen memtable to every sorted keyspace, syncs the
+//! value log and each keyspace's FlexSpace, records the memtable's last sequence as
+//! applied in the manifest, drops the memtable and removes its WAL segments. A crash
+//! anywhere in that leaves the WAL segments in place, and the replay re-applies them
+//! (a version is applied only if newer than the record it meets, so nothing goes twice).
+//!
+//! At most one memtable is frozen at a time: a writer that finds the active one full
+//! while another is frozen waits on a condition (never spins), and the wait is counted.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::Inner;
+use crate::memtable::Memtable;
+use crate::sorted::commit::{Context, Update};
+use crate::{Error, Result};
+
+/// Frozen memtables allowed before writers wait.
+const MAX_FROZEN: usize = 1;
+
+/// A memtable the committer has yet to apply.
+#[derive(Debug)]
+pub(crate) struct Frozen {
+    pub(crate) table: Arc<Memtable>,
+    /// The last sequence it holds.
+    pub(crate) last_seq: u64,
+    /// Its batches are in WAL segments up to this one.
+    pub(crate) wal_through: u32,
+}
+
+/// The memtables: the active one and the frozen ones, oldest first.
+#[derive(Debug)]
+pub(crate) struct Tables {
+    pub(crate) active: Arc<Memtable>,
+    pub(crate) born: Instant,
+    pub(crate) frozen: VecDeque<Frozen>,
+}
+
+impl Tables {
+    pub(crate) fn new(frozen: Option<Frozen>) -> Tables {
+        Tables {
+            active: Arc::new(Memtable::default()),
+            born: Instant::now(),
+            frozen: frozen.into_iter().collect(),
+        }
+    }
+
+    /// Every memtable, newest first: the order a reader consults them in.
+    pub(crate) fn newest_first(&self) -> Vec<Arc<Memtable>> {
+        let mut v = Vec::with_capacity(1 + self.frozen.len());
+        v.push(Arc::clone(&self.active));
+        v.extend(self.frozen.iter().rev().map(|f| Arc::clone(&f.table)));
+        v
+    }
+}
+
+/// What wakes the committer, and writers waiting for room.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    pub(crate) state: Mutex<Flags>,
+    pub(crate) cond: Condvar,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Flags {
+    pub(crate) shutdown: bool,
+    /// Bumped whenever a memtable is frozen or committed.
+    pub(crate) generation: u64,
+}
+
+impl Signal {
+    fn bump(&self) {
+        self.state.lock().generation += 1;
+        self.cond.notify_all();
+    }
+}
+
+impl Inner {
+    /// Called before a write: freezes a full active memtable, or waits while the
+    /// active one is full and another is still being committed.
+    pub(crate) fn make_room(&self) -> Result<()> {
+        let mut waited: Option<Instant> = None;
+        let r = loop {
+            self.check_writable()?;
+            let (full, frozen) = {
+                let t = self.tables.read();
+                (
+                    t.active.approximate_bytes() >= self.opts.memtable_size,
+                    t.frozen.len(),
+                )
+            };
+            if !full {
+                break Ok(());
+            }
+            if frozen < MAX_FROZEN {
+                break self.freeze(true);
+            }
+            waited.get_or_insert_with(Instant::now);
+            let mut flags = self.signal.state.lock();
+            if flags.shutdown {
+                break Err(Error::Closed);
+            }
+            if self.tables.read().frozen.len() >= MAX_FROZEN {
+                self.signal
+                    .cond
+                    .wait_for(&mut flags, Duration::from_millis(100));
+            }
+        };
+        if let Some(t0) = waited {
+            let us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+            self.stats.stalls.fetch_add(1, Ordering::Relaxed);
+            self.stats.stall_micros.fetch_add(us, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Freezes the active memtable (if `only_if_full`, only if it is still full and
+    /// there is room for another frozen one) and wakes the committer.
+    pub(crate) fn freeze(&self, only_if_full: bool) -> Result<()> {
+        let next = self.next_seq.lock();
+        {
+            let t = self.tables.read();
+            let full = t.active.approximate_bytes() >= self.opts.memtable_size;
+            if t.active.is_empty() || (only_if_full && (!full || t.frozen.len() >= MAX_FROZEN)) {
+                return Ok(());
+            }
+        }
+        let wal_through = self.wal.rotate().inspect_err(|_| {
+            self.poisoned.store(true, Ordering::Release);
+        })?;
+        let mut t = self.tables.write();
+        let table = std::mem::replace(&mut t.active, Arc::new(Memtable::default()));
+        t.born = Instant::now();
+        t.frozen.push_back(Frozen {
+            table,
+            last_seq: *next,
+            wal_through,
+        });
+        drop(t);
+        drop(next);
+        self.signal.bump();
+        Ok(())
+    }
+
+    /// The committer thread's loop: commits frozen memtables as they come, freezes an
+    /// active one that has grown old, and stops at shutdown (the closing thread commits
+    /// what is left).
+    pub(crate) fn committer_loop(&self) {
+        loop {
+            {
+                let mut flags = self.signal.state.lock();
+                loop {
+                    if flags.shutdown {
+                        return;
+                    }
+                    if !self.tables.read().frozen.is_empty() {
+                        break;
+                    }
+                    let timed_out = self
+                        .signal
+                        .cond
+                        .wait_for(&mut flags, self.opts.commit_interval)
+                        .timed_out();
+                    if timed_out {
+                        let old = {
+                            let t = self.tables.read();
+                            !t.active.is_empty() && t.born.elapsed() >= self.opts.commit_interval
+                        };
+                        if old {
+                            drop(flags);
+                            if self.freeze(false).is_err() {
+                                return;
+                            }
+                            flags = self.signal.state.lock();
+                        }
+                    }
+                }
+            }
+            if let Err(e) = self.commit_oldest() {
+                self.fail_commit(e);
+                return;
+            }
+        }
+    }
+
+    fn fail_commit(&self, e: Error) {
+        self.poisoned.store(true, Ordering::Release);
+        *self.commit_error.lock() = Some(e);
+        self.signal.bump();
+    }
+
+    /// Commits the oldest frozen memtable, if there is one; returns whether there was.
+    pub(crate) fn commit_oldest(&self) -> Result<bool> {
+        let Some((table, last_seq, wal_through)) = self
+            .tables
+            .read()
+            .frozen
+            .front()
+            .map(|f| (Arc::clone(&f.table), f.last_seq, f.wal_through))
+        else {
+            return Ok(false);
+        };
+        // Every batch of the memtable is in it before it is read.
+        self.vis.wait_visible(last_seq);
+        // The records about to be written point at these values: durable first.
+        self.vlog.sync()?;
+        let cx = Context {
+            vlog: &self.vlog,
+            snapshots: &self.snapshots,
+            holds: &self.holds,
+        };
+        let mut touched = Vec::new();
+        for ks in table.keyspaces() {
+            let store = self.store(ks)?;
+            store.commit(
+                table
+                    .grouped(ks)
+                    .map(|(key, versions)| Update { key, versions }),
+                &cx,
+            )?;
+            touched.push(store);
+        }
+        self.vlog.sync()?; // history records written during the commit
+        for store in &touched {
+            store.sync()?;
+        }
+        {
+            let mut m = self.manifest.lock();
+            let mut next = m.clone();
+            next.applied = last_seq;
+            next.write(self.vfs.as_ref(), &self.dir)?;
+            *m = next;
+        }
+        self.tables.write().frozen.pop_front();
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        self.signal.bump();
+        self.wal.remove_through(wal_through)?;
+        for store in self.stores.read().values() {
+            store.sweep(&cx)?;
+        }
+        Ok(true)
+    }
+
+    /// Stops the committer and commits everything still in memtables (at close).
+    pub(crate) fn drain(&self) -> Result<()> {
+        {
+            self.signal.state.lock().shutdown = true;
+            self.signal.cond.notify_all();
+        }
+        if let Some(h) = self.committer.lock().take() {
+            let _ = h.join();
+        }
+        if let Some(e) = self.commit_error.lock().take() {
+            return Err(e);
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        while self.commit_oldest()? {}
+        self.freeze(false)?;
+        while self.commit_oldest()? {}
+        Ok(())
+    }
+}

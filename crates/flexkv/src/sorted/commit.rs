@@ -1,0 +1,408 @@
+//! The committer's work on one sorted keyspace (FlexDB §5.1–5.3): applying a frozen
+//! memtable's versions in key order, in place, an interval at a time, under the write
+//! lock taken in slices of at most [`SLICE`] keys; writing history for snapshots
+//! (SkimpyFTL); splitting and merging intervals; keeping the head tags and the cache
+//! (write-through) in step.
+//!
+//! A version is applied only if it is newer than the record it replaces, so replaying a
+//! memtable that was partly committed before a crash changes nothing twice.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::history::{self, Version};
+use super::index::Interval;
+use super::interval::Loaded;
+use super::store::{SortedStore, State, HEAD};
+use crate::memtable::Value;
+use crate::mvcc::Snapshots;
+use crate::vlog::ValueLog;
+use crate::Result;
+
+/// Keys applied per hold of the write lock (the paper releases it every 1,000 pairs).
+pub(crate) const SLICE: usize = 1000;
+/// An interval splits past this many bytes...
+pub(crate) const SPLIT_BYTES: usize = 16 << 10;
+/// ...or this many pairs, and two neighbours merge when together they are under both.
+pub(crate) const SPLIT_PAIRS: usize = 16;
+
+/// The versions of one key to commit, newest first (empty: only tidy the record up).
+#[derive(Debug)]
+pub(crate) struct Update {
+    pub(crate) key: Box<[u8]>,
+    pub(crate) versions: Vec<(u64, Value)>,
+}
+
+/// What a commit needs from the database.
+pub(crate) struct Context<'a> {
+    pub(crate) vlog: &'a ValueLog,
+    pub(crate) snapshots: &'a Snapshots,
+    pub(crate) holds: &'a LockHolds,
+}
+
+/// How long the committer held keyspace write locks: a log2 histogram in microseconds.
+#[derive(Debug, Default)]
+pub(crate) struct LockHolds {
+    inner: Mutex<Holds>,
+}
+
+#[derive(Debug, Default)]
+struct Holds {
+    buckets: [u64; 32],
+    count: u64,
+    max_micros: u64,
+}
+
+impl LockHolds {
+    pub(crate) fn record(&self, d: Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let b = (64 - us.leading_zeros() as usize).min(31);
+        let mut h = self.inner.lock();
+        h.buckets[b] += 1;
+        h.count += 1;
+        h.max_micros = h.max_micros.max(us);
+    }
+
+    /// The longest hold, and the 99th percentile (rounded up to a power of two).
+    pub(crate) fn max_and_p99(&self) -> (u64, u64) {
+        let h = self.inner.lock();
+        let want = h.count - h.count / 100;
+        let mut seen = 0;
+        for (b, &n) in h.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= want && n > 0 {
+                return (h.max_micros, (1u64 << b).min(h.max_micros.max(1)));
+            }
+        }
+        (h.max_micros, h.max_micros)
+    }
+}
+
+/// What becomes of one key's record.
+enum Outcome {
+    Keep,
+    Remove,
+    Write(Vec<u8>),
+}
+
+impl SortedStore {
+    /// Applies `updates` (in key order) in slices, each under the write lock.
+    pub(crate) fn commit(&self, updates: impl Iterator<Item = Update>, cx: &Context) -> Result<()> {
+        let mut updates = updates.peekable();
+        while updates.peek().is_some() {
+            let slice: Vec<Update> = updates.by_ref().take(SLICE).collect();
+            let mut st = self.state.write();
+            let t0 = Instant::now();
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+            let r = self.apply_slice(&mut st, &slice, cx);
+            drop(st);
+            cx.holds.record(t0.elapsed());
+            if r.is_err() {
+                self.broken.store(true, Ordering::Release);
+            }
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Removes the tombstones kept for snapshots that no snapshot needs any more.
+    pub(crate) fn sweep(&self, cx: &Context) -> Result<()> {
+        let done: Vec<Box<[u8]>> = self
+            .state
+            .read()
+            .lingering
+            .iter()
+            .filter(|&(_, &seq)| !cx.snapshots.any_in(0, seq))
+            .map(|(k, _)| k.clone())
+            .collect();
+        self.commit(
+            done.into_iter().map(|key| Update {
+                key,
+                versions: Vec::new(),
+            }),
+            cx,
+        )
+    }
+
+    fn apply_slice(&self, st: &mut State, slice: &[Update], cx: &Context) -> Result<()> {
+        let mut i = 0;
+        while i < slice.len() {
+            let iv = st.index.find(&slice[i].key);
+            let next = st.index.next(&iv.key).map(|n| n.key);
+            let n = slice[i..].partition_point(|u| next.as_ref().is_none_or(|k| *u.key < **k));
+            self.apply_interval(st, &iv, &slice[i..i + n], cx)?;
+            i += n;
+        }
+        Ok(())
+    }
+
+    /// Applies the updates that fall in interval `iv`: record by record in place, or, if
+    /// the interval is fragmented, by rewriting it whole (FlexDB's defragmentation).
+    fn apply_interval(
+        &self,
+        st: &mut State,
+        iv: &Interval,
+        ups: &[Update],
+        cx: &Context,
+    ) -> Result<()> {
+        let old = self.load(st, iv, false)?;
+        let rewrite = old.fragmented;
+        let mut bytes = Vec::with_capacity(old.size() + 256);
+        let mut starts: Vec<u32> = Vec::with_capacity(old.len() + ups.len());
+        let keep = |bytes: &mut Vec<u8>, starts: &mut Vec<u32>, rec: &[u8]| {
+            starts.push(bytes.len() as u32);
+            bytes.extend_from_slice(rec);
+        };
+        let mut pos = iv.offset;
+        let mut oi = 0;
+        let mut shrank = false;
+        let appended = old.len() > 0 && ups.iter().all(|u| *u.key > *old.key(old.len() - 1));
+        for u in ups {
+            while oi < old.len() && old.key(oi) < &u.key[..] {
+                let (s, e) = old.span(oi);
+                keep(&mut bytes, &mut starts, &old.bytes()[s..e]);
+                pos += (e - s) as u64;
+                oi += 1;
+            }
+            let existing = (oi < old.len() && old.key(oi) == &u.key[..]).then_some(oi);
+            let current = existing.map(|i| Version::from_record(&old.record(i)));
+            let outcome = self.resolve(st, &u.key, current, &u.versions, cx)?;
+            let old_len = existing.map(|i| {
+                let (s, e) = old.span(i);
+                (e - s) as u64
+            });
+            match (old_len, outcome) {
+                (Some(len), Outcome::Keep) => {
+                    let (s, e) = old.span(oi);
+                    keep(&mut bytes, &mut starts, &old.bytes()[s..e]);
+                    pos += len;
+                    oi += 1;
+                }
+                (Some(len), Outcome::Remove) => {
+                    if !rewrite {
+                        st.space.collapse(pos, len)?;
+                    }
+                    oi += 1;
+                    shrank = true;
+                }
+                (Some(len), Outcome::Write(rec)) => {
+                    if !rewrite {
+                        if rec.len() as u64 == len {
+                            st.space.write(pos, &rec)?;
+                        } else {
+                            st.space.collapse(pos, len)?;
+                            st.space.insert(pos, &rec)?;
+                        }
+                    }
+                    shrank |= (rec.len() as u64) < len;
+                    keep(&mut bytes, &mut starts, &rec);
+                    pos += rec.len() as u64;
+                    oi += 1;
+                }
+                (None, Outcome::Write(rec)) => {
+                    if !rewrite {
+                        st.space.insert(pos, &rec)?;
+                    }
+                    keep(&mut bytes, &mut starts, &rec);
+                    pos += rec.len() as u64;
+                }
+                (None, Outcome::Keep | Outcome::Remove) => {}
+            }
+        }
+        while oi < old.len() {
+            let (s, e) = old.span(oi);
+            keep(&mut bytes, &mut starts, &old.bytes()[s..e]);
+            oi += 1;
+        }
+        if rewrite {
+            if old.size() > 0 {
+                st.space.collapse(iv.offset, old.size() as u64)?;
+            }
+            st.space.insert(iv.offset, &bytes)?;
+            self.counters.defrags.fetch_add(1, Ordering::Relaxed);
+        }
+        let delta = bytes.len() as i64 - old.size() as i64;
+        if delta != 0 {
+            st.index.resize(&iv.key, delta)?;
+        }
+        let new = Loaded::from_parts(bytes, starts);
+        if !rewrite && old.len() > 0 {
+            // The old first record, if it is still here but no longer first, still
+            // carries the head tag.
+            if let Some(j) = new.find(old.key(0)).filter(|&j| j > 0) {
+                let off = iv.offset + new.span(j).0 as u64;
+                if st.space.tag(off) == Some(HEAD) {
+                    st.space.set_tag(off, 0)?;
+                }
+            }
+        }
+        self.settle(st, iv, new, shrank, appended)
+    }
+
+    /// Works out the record for `key` given its committed version and the new versions
+    /// (newest first), writing history for every version a live snapshot may still read.
+    fn resolve(
+        &self,
+        st: &mut State,
+        key: &[u8],
+        current: Option<Version>,
+        versions: &[(u64, Value)],
+        cx: &Context,
+    ) -> Result<Outcome> {
+        let base = current.as_ref().map(|c| c.seq);
+        let fresh: Vec<&(u64, Value)> = versions
+            .iter()
+            .filter(|(s, _)| base.is_none_or(|b| *s > b))
+            .collect();
+        if fresh.is_empty() {
+            // Nothing new (a replay, or a sweep): drop a tombstone no snapshot needs.
+            return Ok(match current {
+                Some(c) if c.value == Value::Tombstone && !cx.snapshots.any_in(0, c.seq) => {
+                    st.lingering.remove(key);
+                    Outcome::Remove
+                }
+                _ => Outcome::Keep,
+            });
+        }
+        let mut older = current;
+        for &(seq, ref value) in fresh.iter().rev().copied() {
+            let prior = match older.take() {
+                // Nobody reads below `seq`: the whole chain can go.
+                Some(_) if !cx.snapshots.any_in(0, seq) => None,
+                Some(o) if cx.snapshots.any_in(o.seq, seq) => {
+                    self.counters
+                        .history_written
+                        .fetch_add(1, Ordering::Relaxed);
+                    Some(history::write(cx.vlog, self.ks, key, &o, seq)?)
+                }
+                Some(o) => o.prior,
+                None => None,
+            };
+            older = Some(Version {
+                seq,
+                value: value.clone(),
+                prior,
+            });
+        }
+        let newest = older.unwrap_or_else(|| unreachable!("fresh is not empty"));
+        self.counters
+            .pairs_committed
+            .fetch_add(1, Ordering::Relaxed);
+        if newest.value == Value::Tombstone {
+            if newest.prior.is_none() {
+                st.lingering.remove(key);
+                return Ok(Outcome::Remove);
+            }
+            st.lingering.insert(key.into(), newest.seq);
+        } else {
+            st.lingering.remove(key);
+        }
+        let mut rec = Vec::new();
+        newest.record(key).encode(&mut rec);
+        Ok(Outcome::Write(rec))
+    }
+
+    /// After an interval changed: removes it if empty, tags its head, splits it if too
+    /// big, merges it with the next if both are small, and caches what results.
+    fn settle(
+        &self,
+        st: &mut State,
+        iv: &Interval,
+        new: Loaded,
+        shrank: bool,
+        appended: bool,
+    ) -> Result<()> {
+        if new.len() == 0 {
+            self.cache.lock().remove(&iv.key);
+            if iv.key.is_empty() {
+                self.cache.lock().put(&iv.key, Arc::new(new));
+            } else if let Some(next) = st.index.next(&iv.key) {
+                // The empty interval takes over its neighbour (its key is below all of
+                // the neighbour's), whose head tag stays where it is.
+                st.index.merge_next(&iv.key)?;
+                let mut cache = self.cache.lock();
+                if let Some(l) = cache.get(&next.key) {
+                    cache.remove(&next.key);
+                    cache.put(&iv.key, l);
+                }
+            } else {
+                let prev = st
+                    .index
+                    .prev(&iv.key)
+                    .unwrap_or_else(|| unreachable!("only the first interval has none before"));
+                st.index.merge_next(&prev.key)?;
+            }
+            return Ok(());
+        }
+        if st.space.tag(iv.offset) != Some(HEAD) {
+            st.space.set_tag(iv.offset, HEAD)?;
+        }
+        if new.len() > SPLIT_PAIRS || (new.size() > SPLIT_BYTES && new.len() > 1) {
+            return self.split(st, iv, new, appended);
+        }
+        if shrank && new.len() < SPLIT_PAIRS {
+            if let Some(next) = st.index.next(&iv.key) {
+                if new.size() + next.size as usize <= SPLIT_BYTES {
+                    let other = self.load(st, &next, false)?;
+                    if new.len() + other.len() <= SPLIT_PAIRS {
+                        st.index.merge_next(&iv.key)?;
+                        st.space.set_tag(next.offset, 0)?;
+                        let mut cache = self.cache.lock();
+                        cache.remove(&next.key);
+                        cache.put(&iv.key, Arc::new(new.concat(&other)));
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        self.cache.lock().put(&iv.key, Arc::new(new));
+        Ok(())
+    }
+
+    /// Splits an interval that outgrew [`SPLIT_PAIRS`] or [`SPLIT_BYTES`] into even
+    /// pieces, or, when the updates all went past its end (a sequential load), into
+    /// full pieces and a remainder, so a load leaves full intervals behind it.
+    fn split(&self, st: &mut State, iv: &Interval, new: Loaded, appended: bool) -> Result<()> {
+        let n = new.len();
+        let pieces = n
+            .div_ceil(SPLIT_PAIRS)
+            .max(new.size().div_ceil(SPLIT_BYTES))
+            .max(2);
+        let target = if appended {
+            SPLIT_PAIRS
+        } else {
+            n.div_ceil(pieces)
+        };
+        let mut cuts = Vec::new();
+        let (mut count, mut bytes) = (0, 0);
+        for i in 0..n {
+            let (s, e) = new.span(i);
+            if count > 0 && (count == target || bytes + (e - s) > SPLIT_BYTES) {
+                cuts.push(i);
+                (count, bytes) = (0, 0);
+            }
+            count += 1;
+            bytes += e - s;
+        }
+        cuts.push(n);
+        let mut key = iv.key.clone();
+        let mut first = 0;
+        let mut cache = self.cache.lock();
+        for &cut in &cuts {
+            if cut < n {
+                let at = (new.span(cut).0 - new.span(first).0) as u64;
+                st.index.split(&key, at, new.key(cut))?;
+                st.space.set_tag(iv.offset + new.span(cut).0 as u64, HEAD)?;
+            }
+            cache.put(&key, Arc::new(new.slice(first..cut)));
+            if cut < n {
+                key = new.key(cut).to_vec();
+            }
+            first = cut;
+        }
+        Ok(())
+    }
+}

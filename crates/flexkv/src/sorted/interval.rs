@@ -1,0 +1,248 @@
+//! One interval of the sorted keyspace in memory: its bytes as the FlexSpace holds them,
+//! where each record starts, and a 16-bit fingerprint of each key (FlexDB §5.2), so a
+//! point lookup compares keys only where the fingerprints match and a seek is a binary
+//! search over the record starts.
+//!
+//! Invariants (checked by [`Loaded::parse`], which every interval read from the space
+//! goes through): the bytes are whole records back to back, each with a good checksum,
+//! and their keys strictly increase.
+
+use super::record::{peek_key, Record};
+
+/// Bytes of bookkeeping per record, for the cache's size accounting.
+const PER_RECORD: usize = 6;
+/// Bytes of bookkeeping per interval.
+const PER_INTERVAL: usize = 96;
+
+/// A decoded interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Loaded {
+    bytes: Vec<u8>,
+    starts: Vec<u32>,
+    fps: Vec<u16>,
+    /// Spread over more extents than half its records (FlexDB §5.2): rewrite it whole
+    /// on its next update.
+    pub(crate) fragmented: bool,
+}
+
+/// The key fingerprint of FlexDB's interval cache.
+pub(crate) fn fingerprint(key: &[u8]) -> u16 {
+    let h = crc32c::crc32c(key);
+    (h ^ (h >> 16)) as u16
+}
+
+impl Loaded {
+    /// Splits `bytes` into records, verifying each; `Err` names the offset (within the
+    /// interval) and what is wrong there.
+    pub(crate) fn parse(bytes: Vec<u8>) -> Result<Loaded, (usize, String)> {
+        let mut starts = Vec::new();
+        let mut fps = Vec::new();
+        let mut at = 0;
+        let mut last: Option<&[u8]> = None;
+        while at < bytes.len() {
+            let (r, n) = Record::decode(&bytes[at..]).map_err(|e| (at, e.to_string()))?;
+            if last.is_some_and(|l| l >= r.key) {
+                return Err((at, "record keys are not in increasing order".into()));
+            }
+            last = Some(r.key);
+            starts.push(to_u32(at));
+            fps.push(fingerprint(r.key));
+            at += n;
+        }
+        Ok(Loaded {
+            starts,
+            fps,
+            fragmented: false,
+            bytes,
+        })
+    }
+
+    /// Builds an interval from records already encoded back to back (by the committer,
+    /// which made them): `starts` are where each begins.
+    pub(crate) fn from_parts(bytes: Vec<u8>, starts: Vec<u32>) -> Loaded {
+        let fps = starts
+            .iter()
+            .map(|&s| fingerprint(key_at(&bytes, s as usize)))
+            .collect();
+        Loaded {
+            bytes,
+            starts,
+            fps,
+            fragmented: false,
+        }
+    }
+
+    /// Records `range` as an interval of their own.
+    pub(crate) fn slice(&self, range: std::ops::Range<usize>) -> Loaded {
+        if range.is_empty() {
+            return Loaded::from_parts(Vec::new(), Vec::new());
+        }
+        let base = self.starts[range.start];
+        let end = self.span(range.end - 1).1;
+        Loaded {
+            bytes: self.bytes[base as usize..end].to_vec(),
+            starts: self.starts[range.clone()]
+                .iter()
+                .map(|s| s - base)
+                .collect(),
+            fps: self.fps[range].to_vec(),
+            fragmented: false,
+        }
+    }
+
+    /// This interval followed by `next`.
+    pub(crate) fn concat(&self, next: &Loaded) -> Loaded {
+        let base = to_u32(self.bytes.len());
+        let mut bytes = self.bytes.clone();
+        bytes.extend_from_slice(&next.bytes);
+        let mut starts = self.starts.clone();
+        starts.extend(next.starts.iter().map(|s| s + base));
+        let mut fps = self.fps.clone();
+        fps.extend_from_slice(&next.fps);
+        Loaded {
+            bytes,
+            starts,
+            fps,
+            fragmented: false,
+        }
+    }
+
+    /// The number of records.
+    pub(crate) fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// The interval's size in bytes.
+    pub(crate) fn size(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The interval's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Where record `i` starts and ends within the interval.
+    pub(crate) fn span(&self, i: usize) -> (usize, usize) {
+        let start = self.starts[i] as usize;
+        let end = self
+            .starts
+            .get(i + 1)
+            .map_or(self.bytes.len(), |&e| e as usize);
+        (start, end)
+    }
+
+    /// The key of record `i`.
+    pub(crate) fn key(&self, i: usize) -> &[u8] {
+        key_at(&self.bytes, self.starts[i] as usize)
+    }
+
+    /// Record `i`.
+    pub(crate) fn record(&self, i: usize) -> Record<'_> {
+        let (start, end) = self.span(i);
+        match Record::decode(&self.bytes[start..end]) {
+            Ok((r, _)) => r,
+            Err(e) => unreachable!("record {i} was verified when the interval was built: {e}"),
+        }
+    }
+
+    /// The record with key `key`, found by fingerprint.
+    pub(crate) fn find(&self, key: &[u8]) -> Option<usize> {
+        let fp = fingerprint(key);
+        self.fps
+            .iter()
+            .enumerate()
+            .find(|&(i, &f)| f == fp && self.key(i) == key)
+            .map(|(i, _)| i)
+    }
+
+    /// The first record whose key is at or above `key` (`len()` if none).
+    pub(crate) fn seek(&self, key: &[u8]) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.key(mid) < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Bytes of memory this interval takes, for the cache's budget.
+    pub(crate) fn footprint(&self) -> usize {
+        PER_INTERVAL + self.bytes.len() + PER_RECORD * self.starts.len()
+    }
+}
+
+fn key_at(bytes: &[u8], start: usize) -> &[u8] {
+    match peek_key(&bytes[start..]) {
+        Ok(k) => k,
+        Err(_) => unreachable!("a verified record has a whole header"),
+    }
+}
+
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or_else(|_| unreachable!("intervals are far below 4 GiB"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sorted::RecordValue;
+
+    fn interval(keys: &[&[u8]]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            Record {
+                seq: i as u64 + 1,
+                key: k,
+                value: RecordValue::Inline(b"v"),
+                prior: None,
+            }
+            .encode(&mut buf);
+        }
+        buf
+    }
+
+    #[test]
+    fn finds_and_seeks_by_key() {
+        let keys: [&[u8]; 4] = [b"b", b"d", b"f", b"h"];
+        let iv = Loaded::parse(interval(&keys)).unwrap();
+        assert_eq!(iv.len(), 4);
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(iv.find(k), Some(i));
+            assert_eq!(iv.key(i), *k);
+            assert_eq!(iv.record(i).seq, i as u64 + 1);
+        }
+        assert_eq!(iv.find(b"c"), None);
+        assert_eq!(iv.seek(b"a"), 0);
+        assert_eq!(iv.seek(b"d"), 1);
+        assert_eq!(iv.seek(b"e"), 2);
+        assert_eq!(iv.seek(b"z"), 4);
+        let (s, e) = iv.span(3);
+        assert_eq!(e, iv.size());
+        assert!(s < e);
+        let rebuilt = Loaded::from_parts(iv.bytes().to_vec(), iv.starts.clone());
+        assert_eq!(rebuilt, iv);
+        let (a, b) = (iv.slice(0..1), iv.slice(1..4));
+        assert_eq!((a.len(), b.len(), b.key(0)), (1, 3, &b"d"[..]));
+        assert_eq!(a.concat(&b), iv);
+        assert_eq!(Loaded::parse(b.bytes().to_vec()).unwrap(), b);
+        assert_eq!(iv.slice(2..2).len(), 0);
+    }
+
+    #[test]
+    fn damaged_or_unordered_bytes_are_refused() {
+        let mut bytes = interval(&[b"a", b"b"]);
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        assert!(Loaded::parse(bytes).is_err());
+        assert!(Loaded::parse(interval(&[b"b", b"a"])).is_err());
+        assert!(Loaded::parse(interval(&[b"a", b"a"])).is_err());
+        let cut = interval(&[b"a", b"b"]);
+        assert!(Loaded::parse(cut[..cut.len() - 2].to_vec()).is_err());
+        assert_eq!(Loaded::parse(Vec::new()).unwrap().len(), 0);
+    }
+}

@@ -1,0 +1,350 @@
+//! One sorted keyspace on disk (FlexDB §5): its records, always in key order, in a
+//! FlexSpace of its own; the volatile sparse index over its intervals; the interval
+//! cache; and the reads. The committer's side is in `commit.rs`.
+//!
+//! Locking (§5.3): the space and the index sit under one reader-writer lock. Readers
+//! take it shared for one interval at a time and never across calls; the committer
+//! takes it exclusively in slices. Every slice bumps [`SortedStore::epoch`] first, so a
+//! reader holding records from an earlier epoch knows to seek again by key.
+//!
+//! Invariants: intervals partition the space at record boundaries; each interval's
+//! records are in key order, at or above its index key and below the next one's; the
+//! extent holding an interval's first byte is tagged [`HEAD`], and every tagged extent
+//! starts a record (checked by [`SortedStore::check`]).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::cache::IntervalCache;
+use super::history::Version;
+use super::index::{Interval, SparseIndex};
+use super::interval::Loaded;
+use super::record::peek_key;
+use crate::io::Vfs;
+use crate::memtable::KeyspaceId;
+use crate::space::{FlexSpace, SpaceOptions};
+use crate::{Error, Result};
+
+/// The extent tag that marks an interval's first record.
+pub(crate) const HEAD: u8 = 1;
+
+/// Options of a sorted keyspace.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StoreOptions {
+    /// The interval cache's budget in bytes.
+    pub(crate) cache_bytes: usize,
+    /// Recovery reads the first key of an interval head at most every this many bytes
+    /// (0: every head), merging the intervals in between (split again as they are
+    /// written).
+    pub(crate) recovery_step: u64,
+    /// The FlexSpace's options.
+    pub(crate) space: SpaceOptions,
+}
+
+/// Counters of one sorted keyspace.
+#[derive(Debug, Default)]
+pub(crate) struct StoreCounters {
+    pub(crate) cache_hits: AtomicU64,
+    pub(crate) cache_misses: AtomicU64,
+    pub(crate) pairs_committed: AtomicU64,
+    pub(crate) history_written: AtomicU64,
+    pub(crate) defrags: AtomicU64,
+}
+
+/// What the lock guards.
+pub(crate) struct State {
+    pub(crate) space: FlexSpace,
+    pub(crate) index: SparseIndex,
+    /// Tombstones kept because a snapshot may read past them: key → sequence.
+    pub(crate) lingering: BTreeMap<Box<[u8]>, u64>,
+}
+
+/// One sorted keyspace. See the [module documentation](self).
+pub(crate) struct SortedStore {
+    pub(crate) ks: KeyspaceId,
+    pub(crate) dir: PathBuf,
+    pub(crate) state: RwLock<State>,
+    pub(crate) cache: Mutex<IntervalCache>,
+    /// Bumped at the start of every change the committer makes.
+    pub(crate) epoch: AtomicU64,
+    /// Set when a commit failed halfway: the index may no longer match the space.
+    pub(crate) broken: AtomicBool,
+    pub(crate) counters: StoreCounters,
+}
+
+impl std::fmt::Debug for SortedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SortedStore")
+            .field("ks", &self.ks)
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+/// One step of an iterator over the store: records in iteration order and the epoch
+/// they were read at.
+pub(crate) type Scan = (u64, Vec<(Box<[u8]>, Version)>);
+
+/// A key and the pointer to its separated value.
+pub(crate) type Separated = (Box<[u8]>, crate::vlog::Pointer);
+
+impl SortedStore {
+    /// Opens the keyspace in `dir` (created if missing) and rebuilds its sparse index
+    /// from the interval heads' tags (FlexDB §5.4), reading one key per head, or per
+    /// `recovery_step` bytes.
+    pub(crate) fn open(
+        vfs: Arc<dyn Vfs>,
+        dir: &Path,
+        ks: KeyspaceId,
+        opts: StoreOptions,
+    ) -> Result<SortedStore> {
+        let space = FlexSpace::open(vfs, dir, opts.space)?;
+        let index = rebuild_index(&space, dir, opts.recovery_step)?;
+        Ok(SortedStore {
+            ks,
+            dir: dir.to_path_buf(),
+            state: RwLock::new(State {
+                space,
+                index,
+                lingering: BTreeMap::new(),
+            }),
+            cache: Mutex::new(IntervalCache::new(opts.cache_bytes)),
+            epoch: AtomicU64::new(0),
+            broken: AtomicBool::new(false),
+            counters: StoreCounters::default(),
+        })
+    }
+
+    fn usable(&self) -> Result<()> {
+        if self.broken.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    /// The newest committed version of `key`, tombstones included.
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Version>> {
+        self.usable()?;
+        let st = self.state.read();
+        let iv = st.index.find(key);
+        let loaded = self.load(&st, &iv, true)?;
+        Ok(loaded
+            .find(key)
+            .map(|i| Version::from_record(&loaded.record(i))))
+    }
+
+    /// The records after `from` (forward) or before it (backward), in that order: the
+    /// rest of the first interval that has any, so an iterator reads an interval per
+    /// call.
+    pub(crate) fn scan(&self, from: Bound<&[u8]>, forward: bool) -> Result<Scan> {
+        self.usable()?;
+        let st = self.state.read();
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let mut iv = match (from, forward) {
+            (Bound::Unbounded, true) => st.index.find(&[]),
+            (Bound::Unbounded, false) => st.index.last(),
+            (Bound::Included(k) | Bound::Excluded(k), _) => st.index.find(k),
+        };
+        loop {
+            let loaded = self.load(&st, &iv, true)?;
+            let range = match from {
+                Bound::Unbounded => 0..loaded.len(),
+                Bound::Included(k) | Bound::Excluded(k) => {
+                    let at = loaded.seek(k);
+                    let hit = at < loaded.len() && loaded.key(at) == k;
+                    let past = at + usize::from(hit);
+                    match (forward, matches!(from, Bound::Included(_))) {
+                        (true, true) => at..loaded.len(),
+                        (true, false) => past..loaded.len(),
+                        (false, true) => 0..past,
+                        (false, false) => 0..at,
+                    }
+                }
+            };
+            let mut out: Vec<_> = range
+                .map(|i| {
+                    (
+                        Box::from(loaded.key(i)),
+                        Version::from_record(&loaded.record(i)),
+                    )
+                })
+                .collect();
+            if !forward {
+                out.reverse();
+            }
+            let next = if forward {
+                st.index.next(&iv.key)
+            } else {
+                st.index.prev(&iv.key)
+            };
+            match next {
+                Some(n) if out.is_empty() => iv = n,
+                _ => return Ok((epoch, out)),
+            }
+        }
+    }
+
+    /// The interval `iv`, from the cache or the space (then cached if `cache`).
+    pub(crate) fn load(&self, st: &State, iv: &Interval, cache: bool) -> Result<Arc<Loaded>> {
+        if let Some(l) = self.cache.lock().get(&iv.key) {
+            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(l);
+        }
+        self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+        let l = Arc::new(self.read_interval(&st.space, iv)?);
+        if cache {
+            self.cache.lock().put(&iv.key, Arc::clone(&l));
+        }
+        Ok(l)
+    }
+
+    /// Reads and verifies interval `iv` from the space.
+    pub(crate) fn read_interval(&self, space: &FlexSpace, iv: &Interval) -> Result<Loaded> {
+        let size =
+            usize::try_from(iv.size).map_err(|_| self.corrupt(iv.offset, "huge interval"))?;
+        let mut buf = vec![0; size];
+        space.read(iv.offset, &mut buf)?;
+        let mut l = Loaded::parse(buf).map_err(|(at, why)| {
+            self.corrupt(
+                iv.offset + at as u64,
+                &format!("interval {:?}: {why}", iv.key),
+            )
+        })?;
+        if l.len() > 0 && l.key(0) < iv.key.as_slice() {
+            return Err(self.corrupt(iv.offset, "an interval's first key is below its index key"));
+        }
+        l.fragmented = space.extents_in(iv.offset, iv.size) > l.len().div_ceil(2).max(1);
+        Ok(l)
+    }
+
+    pub(crate) fn corrupt(&self, offset: u64, why: &str) -> Error {
+        Error::corruption(
+            &self.dir,
+            offset,
+            format!("sorted keyspace (logical offset in its FlexSpace): {why}"),
+        )
+    }
+
+    /// Makes everything committed so far durable.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.state.write().space.sync()
+    }
+
+    /// Intervals, index bytes, cache bytes and the space's counters.
+    pub(crate) fn shape(&self) -> (u64, u64, u64, crate::space::SpaceStats) {
+        let st = self.state.read();
+        (
+            st.index.len() as u64,
+            st.index.memory_bytes() as u64,
+            self.cache.lock().used() as u64,
+            st.space.stats(),
+        )
+    }
+
+    /// Reads and verifies every interval and the invariants in the module
+    /// documentation; returns the records seen and every separated value's pointer.
+    pub(crate) fn check(&self) -> Result<(u64, Vec<Separated>)> {
+        let st = self.state.read();
+        let fail = |why: String| self.corrupt(0, &why);
+        st.index.check().map_err(fail)?;
+        st.space.check().map_err(fail)?;
+        if st.index.total() != st.space.len() {
+            return Err(fail(format!(
+                "the index covers {} bytes, the space holds {}",
+                st.index.total(),
+                st.space.len()
+            )));
+        }
+        let mut records = 0;
+        let mut separated = Vec::new();
+        let mut last: Option<Box<[u8]>> = None;
+        let mut starts = std::collections::BTreeSet::new();
+        for iv in st.index.intervals() {
+            let l = self.read_interval(&st.space, &iv)?;
+            if iv.size > 0 && st.space.tag(iv.offset) != Some(HEAD) {
+                return Err(self.corrupt(iv.offset, "an interval head is not tagged"));
+            }
+            for i in 0..l.len() {
+                starts.insert(iv.offset + l.span(i).0 as u64);
+                let r = l.record(i);
+                if last.as_deref().is_some_and(|k| k >= r.key) {
+                    return Err(self.corrupt(iv.offset, "keys out of order across intervals"));
+                }
+                last = Some(r.key.into());
+                if let super::RecordValue::Separated(p) = r.value {
+                    separated.push((Box::from(r.key), p));
+                }
+                records += 1;
+            }
+        }
+        // Every tag marks a record's start. (Not only heads: an index rebuilt with a
+        // recovery step leaves the heads it skipped inside larger intervals.)
+        let mut at = 0;
+        while let Some((o, _)) = st.space.next_tagged(at) {
+            if !starts.contains(&o) {
+                return Err(self.corrupt(o, "a tagged extent does not start a record"));
+            }
+            at = o + 1;
+        }
+        Ok((records, separated))
+    }
+
+    /// Syncs and closes the space (checkpointing it, so the next open replays nothing).
+    pub(crate) fn close(self) -> Result<()> {
+        self.state.into_inner().space.close()
+    }
+}
+
+/// Builds the sparse index from the tagged interval heads, reading the key at each one
+/// at least `step` bytes after the previous one read.
+fn rebuild_index(space: &FlexSpace, dir: &Path, step: u64) -> Result<SparseIndex> {
+    let mut index = SparseIndex::new();
+    let total = space.len();
+    let grow = i64::try_from(total).map_err(|_| Error::corruption(dir, 0, "space too large"))?;
+    index.resize(&[], grow)?;
+    let (mut last_key, mut last_off): (Vec<u8>, u64) = (Vec::new(), 0);
+    let mut from = 1;
+    while let Some((off, tag)) = space.next_tagged(from) {
+        from = off + step.max(1);
+        if tag != HEAD {
+            continue;
+        }
+        let key = read_key(space, dir, off)?;
+        if key <= last_key {
+            return Err(Error::corruption(
+                dir,
+                off,
+                "interval heads' keys are not in increasing order",
+            ));
+        }
+        index.split(&last_key, off - last_off, &key)?;
+        (last_key, last_off) = (key, off);
+    }
+    Ok(index)
+}
+
+/// The key of the record at `off`.
+fn read_key(space: &FlexSpace, dir: &Path, off: u64) -> Result<Vec<u8>> {
+    let left = space.len() - off;
+    let mut want = 64u64.min(left);
+    loop {
+        let mut buf = vec![0; want as usize];
+        space.read(off, &mut buf)?;
+        match peek_key(&buf) {
+            Ok(k) => return Ok(k.to_vec()),
+            Err(need) if (need as u64) > want && want < left => want = (need as u64).min(left),
+            Err(_) => {
+                return Err(Error::corruption(
+                    dir,
+                    off,
+                    "an interval head is not a record",
+                ))
+            }
+        }
+    }
+}
