@@ -2,6 +2,7 @@
 //! and prints its figures with ratios against a baseline measured in the same run.
 
 mod baseline;
+mod paper_flexdb;
 mod paper_flexspace;
 mod paper_flextree;
 mod wal_sync;
@@ -23,6 +24,9 @@ enum Command {
     /// Table 2 of the FlexSpace paper: random inserts, random writes and sequential writes
     /// into FlexSpace against a plain file (pwrite, fallocate insert-range, rewriting).
     PaperFlexspace(paper_flexspace::Args),
+    /// FlexDB §6.3 for the sorted keyspace alone: fillrandom, overwrite, readrandom,
+    /// seekrandom+50, write amplification, index size, recovery time.
+    PaperFlexdb(paper_flexdb::Args),
     /// Group commit: Sync puts from 1–16 threads against one fdatasync per write.
     WalSync(wal_sync::Args),
 }
@@ -32,5 +36,6 @@ fn main() {
         Command::PaperFlextree(args) => paper_flextree::run(&args),
         Command::PaperFlexspace(args) => paper_flexspace::run(&args),
         Command::WalSync(args) => wal_sync::run(&args),
+        Command::PaperFlexdb(args) => paper_flexdb::run(&args),
     }
 }

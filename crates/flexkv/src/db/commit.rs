@@ -240,13 +240,16 @@ impl Inner {
             next.write(self.vfs.as_ref(), &self.dir)?;
             *m = next;
         }
+        // Tombstones no snapshot needs any more go now (made durable by a later sync;
+        // until then a crash only brings back a tombstone, which reads as nothing).
+        let stores: Vec<_> = self.stores.read().values().cloned().collect();
+        for store in stores {
+            store.sweep(&cx)?;
+        }
         self.tables.write().frozen.pop_front();
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
         self.signal.bump();
         self.wal.remove_through(wal_through)?;
-        for store in self.stores.read().values() {
-            store.sweep(&cx)?;
-        }
         Ok(true)
     }
 
