@@ -11,6 +11,9 @@
 //! before, during and after the FlexSpace syncs and the manifest update.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::small_space;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
@@ -31,12 +34,7 @@ fn open(vfs: &FaultVfs) -> flexkv::Result<Db> {
         .wal_segment_size(64 << 10)
         .vlog_segment_size(64 << 10)
         .memtable_size(4 << 10)
-        .space_options(flexkv::space::SpaceOptions {
-            segment_size: 64 << 10,
-            max_extent: 16 << 10,
-            log_capacity: 8 << 10,
-            ..Default::default()
-        })
+        .space_options(small_space())
         .open()
 }
 

@@ -3,11 +3,13 @@
 //! (cases × operations per case).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::small_space;
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use flexkv::io::{CrashMode, FaultVfs};
-use flexkv::space::SpaceOptions;
 use flexkv::{Db, Durability, Keyspace, Snapshot, WriteBatch};
 use proptest::prelude::*;
 
@@ -32,16 +34,6 @@ enum Op {
     Flush,
     Reopen,
     Crash,
-}
-
-/// FlexSpace options small enough that a test fills segments and collects them.
-fn small_space() -> SpaceOptions {
-    SpaceOptions {
-        segment_size: 64 << 10,
-        max_extent: 16 << 10,
-        log_capacity: 16 << 10,
-        ..SpaceOptions::default()
-    }
 }
 
 fn key() -> impl Strategy<Value = Vec<u8>> {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::Inner;
-use crate::memtable::Memtable;
+use crate::memtable::{KeyspaceId, Memtable, Value};
 use crate::sorted::commit::{Context, Update};
 use crate::{Error, Result};
 
@@ -52,6 +52,15 @@ impl Tables {
             born: Instant::now(),
             frozen: frozen.into_iter().collect(),
         }
+    }
+
+    /// The version of `key` a reader at `seq` sees in the memtables (the newest one that
+    /// has any), without cloning the list.
+    pub(crate) fn get(&self, ks: KeyspaceId, key: &[u8], seq: u64) -> Option<Value> {
+        std::iter::once(&self.active)
+            .chain(self.frozen.iter().rev().map(|f| &f.table))
+            .find_map(|t| t.get(ks, key, seq))
+            .map(|(_, v)| v)
     }
 
     /// Every memtable, newest first: the order a reader consults them in.

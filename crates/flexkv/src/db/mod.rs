@@ -570,13 +570,10 @@ impl Inner {
     fn version_at(&self, ks: KeyspaceId, key: &[u8], seq: u64, exact: bool) -> Result<Value> {
         self.check_open()?;
         batch::check_key(key)?;
-        // The memtables are listed before the store is read: a memtable committed in
-        // between is then in the store already.
-        let tables = self.tables.read().newest_first();
-        for t in &tables {
-            if let Some((_, v)) = t.get(ks, key, seq) {
-                return Ok(v);
-            }
+        // The memtables are read before the store: a memtable committed in between is
+        // then in the store already.
+        if let Some(v) = self.tables.read().get(ks, key, seq) {
+            return Ok(v);
         }
         let Some(found) = self.store(ks)?.get(key)? else {
             return Ok(Value::Tombstone);

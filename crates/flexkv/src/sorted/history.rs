@@ -8,7 +8,7 @@
 //! version encoded as a sorted-keyspace [`Record`] (with its own prior pointer and
 //! checksum). Byte layout in `docs/format.md`.
 
-use super::record::{Record, RecordValue};
+use super::record::{varint, Record, RecordValue};
 use crate::memtable::{KeyspaceId, Value};
 use crate::vlog::{NewValue, Pointer, ValueLog};
 use crate::wal::format::put_varint;
@@ -96,7 +96,7 @@ pub(crate) fn read(
         )
     };
     let mut at = 0;
-    let superseded = varint(&payload, &mut at).ok_or_else(|| bad("cut short"))?;
+    let superseded = varint(&payload, &mut at).map_err(bad)?;
     let (r, n) = Record::decode(&payload[at..]).map_err(bad)?;
     if at + n != payload.len() || r.key != key || r.seq >= superseded {
         return Err(bad("its version does not belong where it was found"));
@@ -132,19 +132,6 @@ pub(crate) fn at(
         }
         v = older;
     }
-}
-
-fn varint(buf: &[u8], at: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *buf.get(*at)?;
-        *at += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -144,7 +144,8 @@ pub(crate) fn peek_key(buf: &[u8]) -> Result<&[u8], usize> {
     }
 }
 
-fn varint(buf: &[u8], at: &mut usize) -> Result<u64, &'static str> {
+/// Reads a base-128 varint at `*at`, advancing it.
+pub(crate) fn varint(buf: &[u8], at: &mut usize) -> Result<u64, &'static str> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let b = *buf.get(*at).ok_or("record cut short")?;
