@@ -212,6 +212,17 @@ pub fn run(args: &Args) {
     let mut rows = Vec::new();
     let (fx, bx, bytes) = write_phase(&db, &mut base, n, 0, ks, vs);
     let wa_fill = bytes as f64 / user as f64;
+    let s = db.stats();
+    let part = |b: u64| b as f64 / user as f64;
+    println!(
+        "fillrandom write amplification by file: WAL {:.2}, value log {:.2}, FlexSpace data {:.2}, log {:.2}, tree {:.2}; {} intervals rewritten whole (defrag)",
+        part(s.wal_bytes),
+        part(s.vlog_bytes),
+        part(s.space_data_bytes),
+        part(s.space_log_bytes),
+        part(s.space_bytes - s.space_data_bytes - s.space_log_bytes),
+        s.defrags
+    );
     rows.push(Row {
         name: "fillrandom",
         flexkv: fx,

@@ -60,6 +60,10 @@ pub struct Stats {
     pub cache_bytes: u64,
     /// Bytes written to the keyspaces' FlexSpaces (data, log and tree files).
     pub space_bytes: u64,
+    /// Of `space_bytes`: the data files (records and GC relocations).
+    pub space_data_bytes: u64,
+    /// Of `space_bytes`: the logical logs.
+    pub space_log_bytes: u64,
     /// Bytes of records the keyspaces hold.
     pub space_live_bytes: u64,
     /// The longest time the committer held a keyspace's write lock, and the 99th
@@ -143,6 +147,8 @@ impl Inner {
                 .iter()
                 .map(|s| s.3.data_bytes_written + s.3.log_bytes_written + s.3.tree_bytes_written)
                 .sum(),
+            space_data_bytes: shapes.iter().map(|s| s.3.data_bytes_written).sum(),
+            space_log_bytes: shapes.iter().map(|s| s.3.log_bytes_written).sum(),
             space_live_bytes: shapes.iter().map(|s| s.3.live_bytes).sum(),
             lock_hold_max_micros: max_hold,
             lock_hold_p99_micros: p99_hold,
