@@ -201,7 +201,7 @@ impl Inner {
         }
     }
 
-    fn fail_commit(&self, e: Error) {
+    pub(crate) fn fail_commit(&self, e: Error) {
         self.poisoned.store(true, Ordering::Release);
         *self.commit_error.lock() = Some(e);
         self.signal.bump();
@@ -218,8 +218,14 @@ impl Inner {
         else {
             return Ok(false);
         };
+        let _commit = self.applying.lock();
         // Every batch of the memtable is in it before it is read.
         self.vis.wait_visible(last_seq);
+        // Records pointing into the value log may change: the manifest's counts are
+        // unknown until the commit is durable (a crash in between recounts on open).
+        if table.has_separated() || !self.vlog.store_counts().is_empty() {
+            self.counts_unknown()?;
+        }
         // The records about to be written point at these values: durable first.
         self.vlog.sync()?;
         let cx = Context {
@@ -242,19 +248,14 @@ impl Inner {
         for store in &touched {
             store.sync()?;
         }
-        {
-            let mut m = self.manifest.lock();
-            let mut next = m.clone();
-            next.applied = last_seq;
-            next.write(self.vfs.as_ref(), &self.dir)?;
-            *m = next;
-        }
+        self.write_manifest_counts(Some(last_seq))?;
         // Tombstones no snapshot needs any more go now (made durable by a later sync;
         // until then a crash only brings back a tombstone, which reads as nothing).
         let stores: Vec<_> = self.stores.read().values().cloned().collect();
         for store in stores {
             store.sweep(&cx)?;
         }
+        self.vlog.release_pins(self.snapshots.oldest());
         self.tables.write().frozen.pop_front();
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
         self.signal.bump();

@@ -1,9 +1,12 @@
-//! The manifest: which keyspaces exist (name, number, kind) and the sequence the
-//! keyspaces have applied. Byte layout in `docs/format.md`.
+//! The manifest: which keyspaces exist (name, number, kind), the sequence the
+//! keyspaces have applied, and how many bytes of each value-log segment the keyspaces'
+//! records point to (absent while a commit or GC write-back is changing them, so a
+//! crash then makes the next open count again). Byte layout in `docs/format.md`.
 //!
 //! It is never written in place: a new `MANIFEST.tmp` is written and synced, renamed
 //! over `MANIFEST`, and the directory synced, so a crash leaves the old or the new one.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::io::{OpenMode, Vfs};
@@ -15,8 +18,9 @@ use crate::{Error, Result};
 pub(crate) const FILE: &str = "MANIFEST";
 const TMP: &str = "MANIFEST.tmp";
 const MAGIC: &[u8; 8] = b"FLEXKVMF";
-/// The manifest format version this build writes and the newest it reads.
-pub(crate) const VERSION: u32 = 1;
+/// The manifest format version this build writes and the newest it reads. Version 1
+/// had no value-log counts.
+pub(crate) const VERSION: u32 = 2;
 
 /// How a keyspace stores its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +56,9 @@ pub(crate) struct Manifest {
     pub(crate) applied: u64,
     pub(crate) next_id: KeyspaceId,
     pub(crate) keyspaces: Vec<Entry>,
+    /// Value-log segment → bytes of its records that keyspace records point to, as of
+    /// the keyspaces' durable state; `None` if that is not known (see the module docs).
+    pub(crate) vlog_store: Option<BTreeMap<u32, u64>>,
 }
 
 /// The default keyspace's name.
@@ -68,6 +75,7 @@ impl Manifest {
                 kind: KeyspaceKind::Sorted,
                 name: DEFAULT.to_string(),
             }],
+            vlog_store: Some(BTreeMap::new()),
         }
     }
 
@@ -81,6 +89,17 @@ impl Manifest {
             body.push(k.kind.code());
             push_u16(&mut body, k.name.len() as u16);
             body.extend_from_slice(k.name.as_bytes());
+        }
+        match &self.vlog_store {
+            None => body.push(0),
+            Some(counts) => {
+                body.push(1);
+                push_u32(&mut body, counts.len() as u32);
+                for (&seg, &bytes) in counts {
+                    push_u32(&mut body, seg);
+                    push_u64(&mut body, bytes);
+                }
+            }
         }
         let mut out = MAGIC.to_vec();
         push_u32(&mut out, VERSION);
@@ -132,13 +151,36 @@ impl Manifest {
             keyspaces.push(Entry { id, kind, name });
             at += 7 + len;
         }
+        let vlog_store = if version < 2 {
+            None
+        } else {
+            match body.get(at).ok_or_else(short)? {
+                0 => {
+                    at += 1;
+                    None
+                }
+                1 => {
+                    let n = get_u32(body.get(at + 1..at + 5).ok_or_else(short)?, 0);
+                    at += 5;
+                    let mut counts = BTreeMap::new();
+                    for _ in 0..n {
+                        let e = body.get(at..at + 12).ok_or_else(short)?;
+                        counts.insert(get_u32(e, 0), get_u64(e, 4));
+                        at += 12;
+                    }
+                    Some(counts)
+                }
+                _ => return Err(bad(16 + at, "unknown value-log count marker")),
+            }
+        };
         if at != body.len() {
-            return Err(bad(16 + at, "bytes after the last keyspace"));
+            return Err(bad(16 + at, "bytes after the last field"));
         }
         Ok(Some(Manifest {
             applied,
             next_id,
             keyspaces,
+            vlog_store,
         }))
     }
 
@@ -201,7 +243,14 @@ mod tests {
             kind: KeyspaceKind::Sorted,
             name: "users".into(),
         });
+        m.vlog_store = Some(BTreeMap::from([(3, 1 << 40), (7, 12)]));
         let b = m.encode();
+        let mut unknown = m.clone();
+        unknown.vlog_store = None;
+        assert_eq!(
+            Manifest::decode(Path::new("/m"), &unknown.encode()).unwrap(),
+            Some(unknown)
+        );
         let p = Path::new("/m");
         assert_eq!(Manifest::decode(p, &b).unwrap(), Some(m));
         for i in 8..b.len() {
@@ -214,10 +263,10 @@ mod tests {
             assert!(!matches!(Manifest::decode(p, &b[..cut]), Ok(Some(_))));
         }
         let mut newer = b.clone();
-        newer[8] = 2;
+        newer[8] = 3;
         assert!(matches!(
             Manifest::decode(p, &newer),
-            Err(Error::UnsupportedVersion { found: 2, .. })
+            Err(Error::UnsupportedVersion { found: 3, .. })
         ));
     }
 

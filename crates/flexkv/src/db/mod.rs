@@ -11,6 +11,7 @@
 
 mod batch;
 mod commit;
+mod gc;
 mod manifest;
 mod options;
 mod read;
@@ -18,10 +19,11 @@ mod stats;
 mod write;
 
 pub use batch::WriteBatch;
+pub use gc::GcReport;
 pub use manifest::KeyspaceKind;
 pub use options::{
-    Builder, Durability, Options, WalRecovery, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_INLINE_VALUE,
-    MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN, MAX_VALUE_LEN,
+    Builder, Durability, GcHook, GcOptions, GcStep, Options, WalRecovery, MAX_BATCH_BYTES,
+    MAX_BATCH_OPS, MAX_INLINE_VALUE, MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
 pub use read::{Iter, Keyspace, Snapshot};
 pub use stats::Stats;
@@ -40,7 +42,7 @@ use crate::mvcc::{Snapshots, Visibility};
 use crate::sorted::commit::LockHolds;
 use crate::sorted::history;
 use crate::sorted::store::{SortedStore, StoreOptions};
-use crate::vlog::ValueLog;
+use crate::vlog::{Holder, ValueLog};
 use crate::wal::format::Op;
 use crate::wal::group::GroupCommit;
 use crate::wal::sync::SyncPoint;
@@ -172,6 +174,9 @@ pub(crate) struct Inner {
     handles: AtomicU64,
     /// Serializes [`Db::flush`] calls.
     flushing: Mutex<()>,
+    /// Held while keyspace records change: by a commit, and by GC's write-back.
+    applying: Mutex<()>,
+    gc: gc::Gc,
     vlog: ValueLog,
     wal: Wal,
     group: GroupCommit<Request, Result<Written>>,
@@ -273,6 +278,22 @@ impl Db {
                 }
             }
         }
+        let mut manifest = manifest;
+        match &manifest.vlog_store {
+            Some(counts) => vlog.set_store_counts(counts),
+            None => {
+                // A crash while records were changing: count again, and write it down.
+                let mut counts = BTreeMap::new();
+                for store in stores.values() {
+                    for (seg, bytes) in store.separated_bytes()? {
+                        *counts.entry(seg).or_insert(0) += bytes;
+                    }
+                }
+                vlog.set_store_counts(&counts);
+                manifest.vlog_store = Some(counts);
+                manifest.write(vfs.as_ref(), path)?;
+            }
+        }
         let last = recovered.last_seq;
         // What the WAL replay found is committed first, in the background.
         let frozen = (!memtable.is_empty()).then(|| Frozen {
@@ -296,6 +317,8 @@ impl Db {
             holds: LockHolds::default(),
             handles: AtomicU64::new(0),
             flushing: Mutex::new(()),
+            applying: Mutex::new(()),
+            gc: gc::Gc::default(),
             vlog,
             wal,
             group: GroupCommit::new(),
@@ -314,6 +337,14 @@ impl Db {
             .spawn(move || worker.committer_loop())
             .map_err(|e| Error::io("spawn the committer thread", path, e))?;
         *inner.committer.lock() = Some(thread);
+        if inner.opts.gc.background {
+            let worker = Arc::clone(&inner);
+            let thread = std::thread::Builder::new()
+                .name("flexkv-gc".into())
+                .spawn(move || worker.gc_loop())
+                .map_err(|e| Error::io("spawn the GC thread", path, e))?;
+            *inner.gc.thread.lock() = Some(thread);
+        }
         let inner = Handle::new(inner);
         let default = Keyspace::new(inner.clone(), 0, manifest::DEFAULT);
         Ok(Db { inner, default })
@@ -441,10 +472,29 @@ impl Db {
         }
         let mut sorted_records = 0;
         let stores: Vec<_> = inner.stores.read().values().cloned().collect();
-        for store in stores {
-            let (records, ptrs) = store.check()?;
-            sorted_records += records;
-            separated.extend(ptrs.into_iter().map(|(k, p)| (store.ks, k, p)));
+        {
+            // No commit or GC write-back runs while the counts are compared.
+            let _commit = inner.applying.lock();
+            let mut counted = BTreeMap::new();
+            for store in stores {
+                let (records, ptrs) = store.check()?;
+                sorted_records += records;
+                for (k, p) in ptrs {
+                    *counted.entry(p.segment).or_insert(0u64) += p.record_len(k.len());
+                    separated.push((store.ks, k, p));
+                }
+            }
+            let kept = inner.vlog.store_counts();
+            if kept != counted {
+                return Err(Error::corruption(
+                    inner.dir.join(manifest::FILE),
+                    0,
+                    format!(
+                        "value-log counts disagree with the keyspaces: counted {kept:?}, \
+                         the records point to {counted:?}"
+                    ),
+                ));
+            }
         }
         for (ks, key, ptr) in &separated {
             inner.vlog.read(ptr, *ks, key)?;
@@ -480,6 +530,16 @@ impl Db {
                 .cond
                 .wait_for(&mut flags, std::time::Duration::from_millis(50));
         }
+    }
+
+    /// Runs one value-log GC pass now: collects every segment at least
+    /// [`GcOptions::segment_garbage`] garbage that no memtable or snapshot still needs,
+    /// whatever the space amplification, and reports what it did. The background
+    /// thread ([`GcOptions::background`]) does the same on its own, at a limited rate,
+    /// while the space amplification is over its target.
+    pub fn gc(&self) -> Result<GcReport> {
+        self.inner.check_writable()?;
+        self.inner.gc_pass(true)
     }
 
     /// The engine's counters.
@@ -527,6 +587,7 @@ impl Inner {
         } else {
             self.wait_durable(self.sync.written_seq())
         };
+        self.stop_gc();
         // Commit everything, so the next open replays nothing.
         let drained = self.drain();
         let mut closed = Ok(());
@@ -554,13 +615,32 @@ impl Inner {
         }
     }
 
-    /// Resolves a stored version to the value a reader gets.
-    fn resolve(&self, ks: KeyspaceId, key: &[u8], v: Value) -> Result<Option<Vec<u8>>> {
-        match v {
-            Value::Tombstone => Ok(None),
-            Value::Inline(b) => Ok(Some(b.into_vec())),
-            Value::Separated(p) => self.vlog.read(&p, ks, key).map(Some),
+    /// Resolves the version a reader at `seq` found to the value it gets. If GC removed
+    /// the value's segment after the version was found, the key is looked up again
+    /// (GC removes a segment only once the relocated pointers are in place).
+    fn resolve(
+        &self,
+        ks: KeyspaceId,
+        key: &[u8],
+        mut v: Value,
+        seq: u64,
+        exact: bool,
+    ) -> Result<Option<Vec<u8>>> {
+        for _ in 0..8 {
+            match v {
+                Value::Tombstone => return Ok(None),
+                Value::Inline(b) => return Ok(Some(b.into_vec())),
+                Value::Separated(p) => match self.vlog.read_unless_retired(&p, ks, key)? {
+                    Some(b) => return Ok(Some(b)),
+                    None => v = self.version_at(ks, key, seq, exact)?,
+                },
+            }
         }
+        Err(Error::corruption(
+            &self.dir,
+            0,
+            format!("key {key:?} of keyspace {ks} kept pointing into removed value-log segments"),
+        ))
     }
 
     /// The version of `key` a reader at `seq` sees: from the memtables (newest first),
@@ -588,7 +668,7 @@ impl Inner {
 
     fn get_at(&self, ks: KeyspaceId, key: &[u8], seq: u64, exact: bool) -> Result<Option<Vec<u8>>> {
         let v = self.version_at(ks, key, seq, exact)?;
-        self.resolve(ks, key, v)
+        self.resolve(ks, key, v, seq, exact)
     }
 
     fn contains_at(&self, ks: KeyspaceId, key: &[u8], seq: u64, exact: bool) -> Result<bool> {
@@ -683,6 +763,8 @@ fn replay(
             format!("the WAL writes to keyspace {ks}, which the manifest does not know"),
         ));
     }
-    memtable.insert(ks, key, seq, value);
+    if let Some(Value::Separated(p)) = memtable.insert(ks, key, seq, value) {
+        vlog.hold(&p, key.len(), Some(Holder::Memory), None);
+    }
     Ok(())
 }

@@ -61,6 +61,66 @@ pub struct Options {
     pub(crate) commit_interval: std::time::Duration,
     pub(crate) recovery_step: u64,
     pub(crate) space: crate::space::SpaceOptions,
+    pub(crate) gc: GcOptions,
+}
+
+/// Value-log garbage collection settings ([`Builder::gc`]); set fields with
+/// `GcOptions { background: false, ..GcOptions::default() }`.
+#[derive(Clone, Debug)]
+pub struct GcOptions {
+    /// Whether a background thread collects on its own (default `true`). [`Db::gc`]
+    /// works either way.
+    pub background: bool,
+    /// The background thread works while total value-log bytes exceed this many times
+    /// the live bytes (default 1.5).
+    pub space_amplification: f64,
+    /// A segment is a candidate once at least this fraction of it is garbage (default
+    /// 0.25).
+    pub segment_garbage: f64,
+    /// The background thread reads and writes at most this many bytes per second
+    /// (default 64 MiB/s), so foreground writes keep the device.
+    pub bytes_per_sec: u64,
+    /// How often the background thread looks (default 1 s).
+    pub interval: std::time::Duration,
+    /// Called at each step of a pass, for tests that act in between (hidden).
+    #[doc(hidden)]
+    pub hook: Option<GcHook>,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        GcOptions {
+            background: true,
+            space_amplification: 1.5,
+            segment_garbage: 0.25,
+            bytes_per_sec: 64 << 20,
+            interval: std::time::Duration::from_secs(1),
+            hook: None,
+        }
+    }
+}
+
+/// The steps of collecting one segment, as [`GcOptions::hook`] sees them.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GcStep {
+    /// The segment was read and each record's liveness decided; nothing written yet.
+    Scanned(u32),
+    /// The live records were appended to the value log and synced.
+    Relocated(u32),
+    /// The keyspaces point at the new copies, durably.
+    WrittenBack(u32),
+}
+
+/// A test hook for GC steps.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct GcHook(pub Arc<dyn Fn(GcStep) + Send + Sync>);
+
+impl std::fmt::Debug for GcHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GcHook")
+    }
 }
 
 impl Default for Options {
@@ -70,13 +130,14 @@ impl Default for Options {
             create_if_missing: true,
             value_threshold: 4096,
             wal_segment_size: 64 << 20,
-            vlog_segment_size: 256 << 20,
+            vlog_segment_size: 64 << 20,
             wal_recovery: WalRecovery::Strict,
             memtable_size: 64 << 20,
             cache_bytes: 256 << 20,
             commit_interval: std::time::Duration::from_secs(5),
             recovery_step: 16 << 10,
             space: crate::space::SpaceOptions::default(),
+            gc: GcOptions::default(),
         }
     }
 }
@@ -124,7 +185,8 @@ impl Builder {
         self
     }
 
-    /// Start a new value-log segment past this size (default 256 MiB; at least 64 KiB).
+    /// Start a new value-log segment past this size (default 64 MiB; at least 64 KiB).
+    /// GC reclaims whole segments, reading one into memory at a time.
     pub fn vlog_segment_size(mut self, bytes: u64) -> Self {
         self.opts.vlog_segment_size = bytes;
         self
@@ -168,6 +230,12 @@ impl Builder {
     /// The FlexSpace options of each keyspace (segment size, extent size, log size).
     pub fn space_options(mut self, opts: crate::space::SpaceOptions) -> Self {
         self.opts.space = opts;
+        self
+    }
+
+    /// Value-log garbage collection settings (see [`GcOptions`]).
+    pub fn gc(mut self, opts: GcOptions) -> Self {
+        self.opts.gc = opts;
         self
     }
 

@@ -367,7 +367,7 @@ impl Iter {
         let Some(value) = value else {
             return Ok(Some(None));
         };
-        match self.guard.db.resolve(ks, &key, value) {
+        match self.guard.db.resolve(ks, &key, value, seq, true) {
             Ok(Some(v)) => Ok(Some(Some((key, v)))),
             Ok(None) => Ok(Some(None)),
             Err(e) => Err((e, false)),

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 
 use super::Inner;
 use crate::sorted::store::SortedStore;
+use crate::vlog::SegmentUsage;
 
 /// A copy of the engine's counters since the database was opened.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -71,11 +72,23 @@ pub struct Stats {
     pub lock_hold_max_micros: u64,
     /// See `lock_hold_max_micros`.
     pub lock_hold_p99_micros: u64,
-    /// Value-log bytes appended since open, or replayed from the WAL, summed over
-    /// segments. Not yet an exact live count: values already committed to a sorted
-    /// keyspace before this open are not counted (exact accounting comes with
-    /// value-log garbage collection).
+    /// Value-log bytes someone still needs: memtables, keyspace records, and history
+    /// for live snapshots (exact; see [`SegmentUsage`]).
     pub vlog_live_bytes: u64,
+    /// Bytes of whole records in the value log's segment files now.
+    pub vlog_disk_bytes: u64,
+    /// `vlog_disk_bytes − vlog_live_bytes`: what GC can reclaim.
+    pub vlog_garbage_bytes: u64,
+    /// Every value-log segment's counts (garbage by segment), by segment number.
+    pub vlog_segments: Vec<(u32, SegmentUsage)>,
+    /// GC passes run (background and [`Db::gc`](crate::Db::gc)).
+    pub gc_passes: u64,
+    /// Bytes GC copied to the head of the value log and swapped in.
+    pub gc_bytes_relocated: u64,
+    /// Bytes of segment files GC removed.
+    pub gc_bytes_reclaimed: u64,
+    /// Segment files GC removed.
+    pub gc_segments_removed: u64,
     /// Snapshots and iterators alive.
     pub live_snapshots: u64,
     /// The sequence of the oldest live snapshot: the watermark below which no version
@@ -99,6 +112,16 @@ impl Stats {
         }
     }
 
+    /// The value log's space amplification: disk bytes over live bytes (1 when
+    /// empty, infinite when nothing in it is live).
+    pub fn vlog_space_amplification(&self) -> f64 {
+        match (self.vlog_disk_bytes, self.vlog_live_bytes) {
+            (0, _) => 1.0,
+            (_, 0) => f64::INFINITY,
+            (d, l) => d as f64 / l as f64,
+        }
+    }
+
     /// Syncs (WAL and value log) per acknowledged batch.
     pub fn syncs_per_batch(&self) -> f64 {
         if self.batches == 0 {
@@ -118,6 +141,8 @@ impl Inner {
         let sum = |f: &dyn Fn(&SortedStore) -> u64| stores.iter().map(|s| f(s)).sum::<u64>();
         let shapes: Vec<_> = stores.iter().map(|s| s.shape()).collect();
         let (max_hold, p99_hold) = self.holds.max_and_p99();
+        self.vlog.release_pins(self.snapshots.oldest());
+        let usage = self.vlog.usage();
         Stats {
             user_bytes: get(&c.user_bytes),
             wal_bytes: self.wal.bytes_written(),
@@ -152,7 +177,14 @@ impl Inner {
             space_live_bytes: shapes.iter().map(|s| s.3.live_bytes).sum(),
             lock_hold_max_micros: max_hold,
             lock_hold_p99_micros: p99_hold,
-            vlog_live_bytes: self.vlog.live_bytes().values().sum(),
+            vlog_live_bytes: usage.values().map(|u| u.live().min(u.total)).sum(),
+            vlog_disk_bytes: usage.values().map(|u| u.total).sum(),
+            vlog_garbage_bytes: usage.values().map(|u| u.garbage()).sum(),
+            vlog_segments: usage.into_iter().collect(),
+            gc_passes: get(&self.gc.passes),
+            gc_bytes_relocated: get(&self.gc.relocated),
+            gc_bytes_reclaimed: get(&self.gc.reclaimed),
+            gc_segments_removed: get(&self.gc.removed),
             live_snapshots: self.snapshots.count() as u64,
             oldest_snapshot: self.snapshots.oldest(),
             wal_tail_cut: self.wal_tail_cut,

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use super::batch::BatchOp;
 use super::Inner;
 use crate::memtable::{KeyspaceId, Memtable, Value};
+use crate::vlog::Holder;
 use crate::vlog::NewValue;
 use crate::wal::format::{self, OpRef};
 use crate::wal::group::Role;
@@ -67,7 +68,10 @@ impl Inner {
         };
         let seq = written.seq;
         for (ks, key, value) in std::mem::take(&mut written.entries) {
-            written.table.insert(ks, &key, seq, value);
+            if let Some(Value::Separated(p)) = written.table.insert(ks, &key, seq, value) {
+                // A batch that wrote the key twice: the first value is garbage now.
+                self.vlog.hold(&p, key.len(), Some(Holder::Memory), None);
+            }
         }
         self.vis.applied_and_wait(seq);
         self.stats

@@ -82,15 +82,34 @@ const ENTRY_OVERHEAD: usize = 64;
 pub(crate) struct Memtable {
     map: SkipMap<MemKey, Value>,
     bytes: AtomicUsize,
+    separated: std::sync::atomic::AtomicBool,
 }
 
 impl Memtable {
     /// Adds the version `seq` of `key`. A second insert of the same `(key, seq)` (a batch
-    /// that writes a key twice) replaces the first: the later operation wins.
-    pub(crate) fn insert(&self, ks: KeyspaceId, key: &[u8], seq: u64, value: Value) {
+    /// that writes a key twice) replaces the first: the later operation wins, and the
+    /// value it replaced is returned. Inserts of one `(key, seq)` come from one thread.
+    pub(crate) fn insert(
+        &self,
+        ks: KeyspaceId,
+        key: &[u8],
+        seq: u64,
+        value: Value,
+    ) -> Option<Value> {
         let size = key.len() + value.footprint() + ENTRY_OVERHEAD;
-        self.map.insert(MemKey::new(ks, key, seq), value);
+        if matches!(value, Value::Separated(_)) {
+            self.separated.store(true, AtomicOrdering::Relaxed);
+        }
+        let k = MemKey::new(ks, key, seq);
+        let replaced = self.map.get(&k).map(|e| e.value().clone());
+        self.map.insert(k, value);
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
+        replaced
+    }
+
+    /// Whether any entry's value is in the value log.
+    pub(crate) fn has_separated(&self) -> bool {
+        self.separated.load(AtomicOrdering::Relaxed)
     }
 
     /// The approximate memory the entries use, in bytes.

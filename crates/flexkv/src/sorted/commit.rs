@@ -19,7 +19,7 @@ use super::interval::Loaded;
 use super::store::{SortedStore, State, HEAD};
 use crate::memtable::Value;
 use crate::mvcc::Snapshots;
-use crate::vlog::ValueLog;
+use crate::vlog::{Holder, ValueLog};
 use crate::Result;
 
 /// Keys applied per hold of the write lock (the paper releases it every 1,000 pairs).
@@ -253,10 +253,13 @@ impl SortedStore {
         cx: &Context,
     ) -> Result<Outcome> {
         let base = current.as_ref().map(|c| c.seq);
-        let fresh: Vec<&(u64, Value)> = versions
+        let (fresh, stale): (Vec<&(u64, Value)>, Vec<_>) = versions
             .iter()
-            .filter(|(s, _)| base.is_none_or(|b| *s > b))
-            .collect();
+            .partition(|(s, _)| base.is_none_or(|b| *s > b));
+        // Versions already applied (a replay): the record holds their value already.
+        for (_, v) in stale {
+            self.hold(cx, key, &v.clone(), Some(Holder::Memory), None);
+        }
         if fresh.is_empty() {
             // Nothing new (a replay, or a sweep): drop a tombstone no snapshot needs.
             return Ok(match current {
@@ -267,27 +270,46 @@ impl SortedStore {
                 _ => Outcome::Keep,
             });
         }
-        let mut older = current;
+        // Each version with who holds its value now: the record, or the memtable.
+        let mut older = current.map(|c| (c, Holder::Store));
         for &(seq, ref value) in fresh.iter().rev().copied() {
             let prior = match older.take() {
                 // Nobody reads below `seq`: the whole chain can go.
-                Some(_) if !cx.snapshots.any_in(0, seq) => None,
-                Some(o) if cx.snapshots.any_in(o.seq, seq) => {
+                Some((o, h)) if !cx.snapshots.any_in(0, seq) => {
+                    self.hold(cx, key, &o.value, Some(h), None);
+                    None
+                }
+                Some((o, h)) if cx.snapshots.any_in(o.seq, seq) => {
                     self.counters
                         .history_written
                         .fetch_add(1, Ordering::Relaxed);
+                    self.hold(cx, key, &o.value, Some(h), Some(Holder::Pinned(seq)));
                     Some(history::write(cx.vlog, self.ks, key, &o, seq)?)
                 }
-                Some(o) => o.prior,
+                Some((o, h)) => {
+                    self.hold(cx, key, &o.value, Some(h), None);
+                    o.prior
+                }
                 None => None,
             };
-            older = Some(Version {
-                seq,
-                value: value.clone(),
-                prior,
-            });
+            older = Some((
+                Version {
+                    seq,
+                    value: value.clone(),
+                    prior,
+                },
+                Holder::Memory,
+            ));
         }
-        let newest = older.unwrap_or_else(|| unreachable!("fresh is not empty"));
+        let (newest, _) = older.unwrap_or_else(|| unreachable!("fresh is not empty"));
+        // The newest version's value passes from the memtable to the record.
+        self.hold(
+            cx,
+            key,
+            &newest.value,
+            Some(Holder::Memory),
+            Some(Holder::Store),
+        );
         self.counters
             .pairs_committed
             .fetch_add(1, Ordering::Relaxed);
@@ -303,6 +325,13 @@ impl SortedStore {
         let mut rec = Vec::new();
         newest.record(key).encode(&mut rec);
         Ok(Outcome::Write(rec))
+    }
+
+    /// Moves the separated value `v` of `key` (if it is one) between holders.
+    fn hold(&self, cx: &Context, key: &[u8], v: &Value, from: Option<Holder>, to: Option<Holder>) {
+        if let Value::Separated(p) = v {
+            cx.vlog.hold(p, key.len(), from, to);
+        }
     }
 
     /// After an interval changed: removes it if empty, tags its head, splits it if too

@@ -10,7 +10,7 @@
 
 use super::record::{varint, Record, RecordValue};
 use crate::memtable::{KeyspaceId, Value};
-use crate::vlog::{NewValue, Pointer, ValueLog};
+use crate::vlog::{Holder, NewValue, Pointer, ValueLog};
 use crate::wal::format::put_varint;
 use crate::{Error, Result};
 
@@ -71,12 +71,15 @@ pub(crate) fn write(
     let mut payload = Vec::new();
     put_varint(&mut payload, superseded);
     v.record(key).encode(&mut payload);
-    let ptrs = vlog.append(&[NewValue {
-        ks: ks | HISTORY,
-        key,
-        seq: v.seq,
-        value: &payload,
-    }])?;
+    let ptrs = vlog.append_as(
+        &[NewValue {
+            ks: ks | HISTORY,
+            key,
+            seq: v.seq,
+            value: &payload,
+        }],
+        Holder::Pinned(superseded),
+    )?;
     Ok(ptrs[0])
 }
 

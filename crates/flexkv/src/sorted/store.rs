@@ -28,6 +28,7 @@ use super::record::peek_key;
 use crate::io::Vfs;
 use crate::memtable::KeyspaceId;
 use crate::space::{FlexSpace, SpaceOptions};
+use crate::vlog::Pointer;
 use crate::{Error, Result};
 
 /// The extent tag that marks an interval's first record.
@@ -92,6 +93,9 @@ pub(crate) type Scan = (u64, Vec<(Box<[u8]>, Version)>);
 
 /// A key and the pointer to its separated value.
 pub(crate) type Separated = (Box<[u8]>, crate::vlog::Pointer);
+
+/// A relocation for [`SortedStore::relocate`]: key, sequence, old and new pointer.
+pub(crate) type Move = (Box<[u8]>, u64, Pointer, Pointer);
 
 impl SortedStore {
     /// Opens the keyspace in `dir` (created if missing) and rebuilds its sparse index
@@ -292,6 +296,101 @@ impl SortedStore {
             at = o + 1;
         }
         Ok((records, separated))
+    }
+
+    /// Bytes of value-log records this keyspace's records point to, per segment (the
+    /// recount after a crash left the manifest's counts unknown).
+    pub(crate) fn separated_bytes(&self) -> Result<BTreeMap<u32, u64>> {
+        let st = self.state.read();
+        let mut counts = BTreeMap::new();
+        for iv in st.index.intervals() {
+            let l = self.read_interval(&st.space, &iv)?;
+            for i in 0..l.len() {
+                let r = l.record(i);
+                if let super::RecordValue::Separated(p) = r.value {
+                    *counts.entry(p.segment).or_insert(0) += p.record_len(r.key.len());
+                }
+            }
+        }
+        Ok(counts)
+    }
+
+    /// GC's write-back: for each `(key, seq, old, new)`, points the record of `key` at
+    /// `new` if it is still version `seq` with its value at `old` (compare and swap: a
+    /// write, delete or commit that came in between wins). Returns which were swapped.
+    /// The record keeps its length (a pointer is fixed-size), so it is overwritten in
+    /// place; takes the write lock in slices like a commit.
+    pub(crate) fn relocate(
+        &self,
+        moves: &[Move],
+        holds: &super::commit::LockHolds,
+    ) -> Result<Vec<bool>> {
+        self.usable()?;
+        let mut done = Vec::with_capacity(moves.len());
+        for slice in moves.chunks(super::commit::SLICE) {
+            let mut st = self.state.write();
+            let t0 = std::time::Instant::now();
+            let r = slice
+                .iter()
+                .map(|(key, seq, old, new)| self.relocate_one(&mut st, key, *seq, old, new))
+                .collect::<Result<Vec<bool>>>();
+            drop(st);
+            holds.record(t0.elapsed());
+            match r {
+                Ok(v) => done.extend(v),
+                Err(e) => {
+                    self.broken.store(true, Ordering::Release);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    fn relocate_one(
+        &self,
+        st: &mut State,
+        key: &[u8],
+        seq: u64,
+        old: &Pointer,
+        new: &Pointer,
+    ) -> Result<bool> {
+        let iv = st.index.find(key);
+        let loaded = self.load(st, &iv, false)?;
+        let Some(i) = loaded.find(key) else {
+            return Ok(false);
+        };
+        let r = loaded.record(i);
+        if r.seq != seq || r.value != super::RecordValue::Separated(*old) {
+            return Ok(false);
+        }
+        let mut rec = Vec::new();
+        super::Record {
+            value: super::RecordValue::Separated(*new),
+            ..r
+        }
+        .encode(&mut rec);
+        let (s, e) = loaded.span(i);
+        if rec.len() != e - s {
+            return Err(self.corrupt(iv.offset + s as u64, "a relocated record changed length"));
+        }
+        let at = iv.offset + s as u64;
+        // An overwrite replaces the extent, and its tag with it: keep the head tag.
+        let tag = st.space.tag(at);
+        st.space.write(at, &rec)?;
+        if let Some(t) = tag.filter(|&t| t != 0) {
+            st.space.set_tag(at, t)?;
+        }
+        let mut bytes = loaded.bytes().to_vec();
+        bytes[s..e].copy_from_slice(&rec);
+        let starts = (0..loaded.len()).map(|j| loaded.span(j).0 as u32).collect();
+        let mut fresh = Loaded::from_parts(bytes, starts);
+        fresh.fragmented = loaded.fragmented;
+        let mut cache = self.cache.lock();
+        if cache.get(&iv.key).is_some() {
+            cache.put(&iv.key, Arc::new(fresh));
+        }
+        Ok(true)
     }
 
     /// Syncs and closes the space (checkpointing it, so the next open replays nothing).

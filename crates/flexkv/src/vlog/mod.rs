@@ -16,12 +16,15 @@
 //! - Every read checks the header CRC, the payload CRC, the pointer's check value and the
 //!   key, and returns [`Error::Corruption`] on any mismatch.
 //!
-//! Per-segment live bytes are counted here (added on write and on replay); GC, which
-//! subtracts them, is a later component.
+//! Every segment's bytes are accounted exactly, by who holds them ([`usage`]); GC
+//! ([`gc`](crate::db)) collects segments by those counts, relocating what is live.
 
 mod record;
+mod usage;
 
 pub use record::Pointer;
+pub(crate) use usage::Holder;
+pub use usage::SegmentUsage;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +37,7 @@ use crate::io::{Numbered, OpenMode, Vfs, VfsFile};
 use crate::memtable::KeyspaceId;
 use crate::{Error, Result};
 use record::{Header, HEADER_LEN};
+use usage::Usage;
 
 /// The segment files.
 const SEGMENTS: Numbered = Numbered {
@@ -66,6 +70,16 @@ struct Active {
     synced: bool,
 }
 
+/// One record as GC's scan finds it.
+#[derive(Debug)]
+pub(crate) struct Scanned {
+    pub(crate) ptr: Pointer,
+    pub(crate) ks: KeyspaceId,
+    pub(crate) seq: u64,
+    pub(crate) key: Box<[u8]>,
+    pub(crate) value: Box<[u8]>,
+}
+
 /// The value log of one database directory.
 #[derive(Debug)]
 pub(crate) struct ValueLog {
@@ -75,8 +89,11 @@ pub(crate) struct ValueLog {
     active: Mutex<Active>,
     /// Every segment's handle, for reads.
     segments: RwLock<BTreeMap<u32, Arc<dyn VfsFile>>>,
-    /// Bytes of records that some entry still points to, per segment.
-    live: Mutex<BTreeMap<u32, u64>>,
+    /// Who holds which bytes of every segment.
+    usage: Mutex<Usage>,
+    /// Segments GC removed since open: a pointer into one of them was read before
+    /// the relocation and is to be looked up again.
+    retired: RwLock<std::collections::BTreeSet<u32>>,
     bytes_written: AtomicU64,
     syncs: AtomicU64,
 }
@@ -92,9 +109,14 @@ impl ValueLog {
                 segments.insert(id, vfs.open(&dir.join(&name), OpenMode::Existing)?);
             }
         }
+        let mut usage = Usage::default();
+        for (&id, file) in &segments {
+            usage.segments.entry(id).or_default().total = file.len()?;
+        }
         let active = match segments.last_key_value() {
             Some((&id, file)) => {
                 let len = valid_prefix(file.as_ref())?;
+                usage.segments.entry(id).or_default().total = len;
                 Active {
                     id,
                     file: Arc::clone(file),
@@ -105,6 +127,7 @@ impl ValueLog {
             None => {
                 let file = create_segment(vfs.as_ref(), dir, 1)?;
                 segments.insert(1, Arc::clone(&file));
+                usage.segments.entry(1).or_default();
                 Active {
                     id: 1,
                     file,
@@ -119,7 +142,8 @@ impl ValueLog {
             segment_size,
             active: Mutex::new(active),
             segments: RwLock::new(segments),
-            live: Mutex::new(BTreeMap::new()),
+            usage: Mutex::new(usage),
+            retired: RwLock::new(Default::default()),
             bytes_written: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
         })
@@ -138,20 +162,26 @@ impl ValueLog {
     }
 
     /// Appends one record per value with a single write and returns their pointers, in
-    /// order. Not durable until [`ValueLog::sync`].
-    pub(crate) fn append(&self, values: &[NewValue<'_>]) -> Result<Vec<Pointer>> {
+    /// order, each counted as held by `holder`. Not durable until [`ValueLog::sync`].
+    pub(crate) fn append_as(
+        &self,
+        values: &[NewValue<'_>],
+        holder: Holder,
+    ) -> Result<Vec<Pointer>> {
         let mut buf = Vec::new();
         let mut spans = Vec::with_capacity(values.len());
         for v in values {
             let at = buf.len() as u64;
             let check = record::encode(&mut buf, v.ks, v.key, v.seq, v.value);
-            spans.push((at, v.value.len(), check));
+            spans.push((at, v.value.len(), check, (buf.len() as u64) - at));
         }
         let mut a = self.active.lock();
         if a.len > 0 && a.len + buf.len() as u64 > self.segment_size {
             self.roll(&mut a)?;
         }
         a.file.write_at(&buf, a.len)?;
+        // The bytes count as written (and their segment's total grows) from here: a
+        // failed write leaves them as garbage the next open cuts away.
         let base = a.len;
         a.len += buf.len() as u64;
         a.synced = false;
@@ -159,10 +189,16 @@ impl ValueLog {
         drop(a);
         self.bytes_written
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        *self.live.lock().entry(id).or_insert(0) += buf.len() as u64;
+        {
+            let mut u = self.usage.lock();
+            u.segments.entry(id).or_default().total += buf.len() as u64;
+            for &(_, _, _, rec) in &spans {
+                u.add(id, rec, holder);
+            }
+        }
         Ok(spans
             .into_iter()
-            .map(|(at, len, check)| Pointer {
+            .map(|(at, len, check, _)| Pointer {
                 segment: id,
                 offset: base + at,
                 len: u32::try_from(len).unwrap_or(u32::MAX),
@@ -181,6 +217,7 @@ impl ValueLog {
         let id = a.id + 1;
         let file = create_segment(self.vfs.as_ref(), &self.dir, id)?;
         self.segments.write().insert(id, Arc::clone(&file));
+        self.usage.lock().segments.entry(id).or_default();
         *a = Active {
             id,
             file,
@@ -217,9 +254,59 @@ impl ValueLog {
         Ok(ptr.offset.saturating_add(ptr.record_len(key_len)) <= len)
     }
 
-    /// Counts the record `ptr` as live again (WAL replay re-creates the references).
+    /// Appends values held by a memtable (the write path).
+    pub(crate) fn append(&self, values: &[NewValue<'_>]) -> Result<Vec<Pointer>> {
+        self.append_as(values, Holder::Memory)
+    }
+
+    /// Moves the record `ptr` (with a key of `key_len` bytes) from holder `from` to
+    /// holder `to`; `None` on either side means nobody (a new reference, or garbage).
+    pub(crate) fn hold(
+        &self,
+        ptr: &Pointer,
+        key_len: usize,
+        from: Option<Holder>,
+        to: Option<Holder>,
+    ) {
+        let bytes = ptr.record_len(key_len);
+        let mut u = self.usage.lock();
+        if let Some(h) = from {
+            u.sub(ptr.segment, bytes, h);
+        }
+        if let Some(h) = to {
+            u.add(ptr.segment, bytes, h);
+        }
+    }
+
+    /// Counts the record `ptr` as held by a memtable again (the WAL replay re-creates
+    /// the references).
     pub(crate) fn count_live(&self, ptr: &Pointer, key_len: usize) {
-        *self.live.lock().entry(ptr.segment).or_insert(0) += ptr.record_len(key_len);
+        self.hold(ptr, key_len, None, Some(Holder::Memory));
+    }
+
+    /// Releases the pins no snapshot needs (see [`usage`]); returns the bytes released.
+    pub(crate) fn release_pins(&self, oldest_snapshot: Option<u64>) -> u64 {
+        self.usage.lock().release(oldest_snapshot)
+    }
+
+    /// Every segment's store count, for the manifest.
+    pub(crate) fn store_counts(&self) -> BTreeMap<u32, u64> {
+        self.usage.lock().store_counts()
+    }
+
+    /// Sets every segment's store count (from the manifest, or a rebuild).
+    pub(crate) fn set_store_counts(&self, counts: &BTreeMap<u32, u64>) {
+        self.usage.lock().set_store(counts);
+    }
+
+    /// Every segment's counts.
+    pub(crate) fn usage(&self) -> BTreeMap<u32, SegmentUsage> {
+        self.usage.lock().segments.clone()
+    }
+
+    /// The segment appends go to.
+    pub(crate) fn active_segment(&self) -> u32 {
+        self.active.lock().id
     }
 
     /// The path of segment `id`, for error messages.
@@ -230,14 +317,36 @@ impl ValueLog {
     /// Reads the value `ptr` points to, checking that the record is whole and belongs to
     /// `(ks, key)`.
     pub(crate) fn read(&self, ptr: &Pointer, ks: KeyspaceId, key: &[u8]) -> Result<Vec<u8>> {
-        let file = self.segments.read().get(&ptr.segment).cloned();
-        let file = file.ok_or_else(|| {
+        self.read_unless_retired(ptr, ks, key)?.ok_or_else(|| {
             Error::corruption(
-                self.dir.join(segment_name(ptr.segment)),
+                self.segment_path(ptr.segment),
+                ptr.offset,
+                "pointer into a value-log segment that GC removed",
+            )
+        })
+    }
+
+    /// Reads like [`ValueLog::read`], but returns `None` if GC removed the segment
+    /// since the pointer was found: the caller looks the key up again, and finds the
+    /// relocated pointer (GC removes a segment only after its live values' new pointers
+    /// are in place).
+    pub(crate) fn read_unless_retired(
+        &self,
+        ptr: &Pointer,
+        ks: KeyspaceId,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        let file = self.segments.read().get(&ptr.segment).cloned();
+        let Some(file) = file else {
+            if self.retired.read().contains(&ptr.segment) {
+                return Ok(None);
+            }
+            return Err(Error::corruption(
+                self.segment_path(ptr.segment),
                 ptr.offset,
                 "pointer to a value-log segment that does not exist",
-            )
-        })?;
+            ));
+        };
         let total = usize::try_from(ptr.record_len(key.len()))
             .map_err(|_| Error::corruption(file.path(), ptr.offset, "pointer length overflows"))?;
         let bad = |reason: &str| Error::corruption(file.path(), ptr.offset, reason.to_string());
@@ -267,7 +376,76 @@ impl ValueLog {
             return Err(bad("record belongs to another key"));
         }
         buf.drain(..HEADER_LEN + key.len());
-        Ok(buf)
+        Ok(Some(buf))
+    }
+
+    /// Reads every whole record of sealed segment `id`, in order (GC's scan).
+    pub(crate) fn scan_segment(&self, id: u32) -> Result<Vec<Scanned>> {
+        let file = self
+            .segments
+            .read()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| Error::invalid(format!("value-log segment {id} does not exist")))?;
+        let len = file.len()?;
+        let size = usize::try_from(len)
+            .map_err(|_| Error::corruption(file.path(), 0, "segment larger than memory"))?;
+        let mut data = vec![0; size];
+        file.read_exact_at(&mut data, 0)?;
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        while at < data.len() {
+            let bad = |why: &str| Error::corruption(file.path(), at as u64, why.to_string());
+            let h = Header::decode(&data[at..]).map_err(bad)?;
+            let end = at as u64 + h.record_len();
+            if end > len {
+                return Err(bad("value-log record runs past the segment end"));
+            }
+            let payload = &data[at + HEADER_LEN..end as usize];
+            if crc32c::crc32c(payload) != h.payload_crc {
+                return Err(bad("value-log record payload checksum mismatch"));
+            }
+            let (key, value) = payload.split_at(h.key_len as usize);
+            out.push(Scanned {
+                ptr: Pointer {
+                    segment: id,
+                    offset: at as u64,
+                    len: h.value_len,
+                    check: h.payload_crc,
+                },
+                ks: h.ks,
+                seq: h.seq,
+                key: key.into(),
+                value: value.into(),
+            });
+            at = end as usize;
+        }
+        Ok(out)
+    }
+
+    /// Removes sealed segment `id` (GC found nothing in it that anyone needs) and syncs
+    /// the directory; returns the bytes it held. Readers that hold its handle finish
+    /// their reads (the file lives until the last handle goes); later ones find it
+    /// retired and look their key up again.
+    pub(crate) fn retire(&self, id: u32) -> Result<u64> {
+        if id >= self.active.lock().id {
+            return Err(Error::invalid(format!(
+                "value-log segment {id} is the active one"
+            )));
+        }
+        self.retired.write().insert(id);
+        if self.segments.write().remove(&id).is_none() {
+            return Ok(0);
+        }
+        let freed = self
+            .usage
+            .lock()
+            .segments
+            .remove(&id)
+            .map_or(0, |u| u.total);
+        self.vfs.remove(&self.segment_path(id))?;
+        self.vfs.sync_dir(&self.dir)?;
+        Ok(freed)
     }
 
     /// Reads every record of every segment and checks both checksums; returns the
@@ -315,8 +493,14 @@ impl ValueLog {
     }
 
     /// Live bytes per segment.
+    #[cfg(test)]
     pub(crate) fn live_bytes(&self) -> BTreeMap<u32, u64> {
-        self.live.lock().clone()
+        self.usage
+            .lock()
+            .segments
+            .iter()
+            .map(|(&s, u)| (s, u.live()))
+            .collect()
     }
 }
 
