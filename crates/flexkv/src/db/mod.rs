@@ -25,7 +25,7 @@ pub use options::{
     Builder, Durability, GcHook, GcOptions, GcStep, Options, WalRecovery, MAX_BATCH_BYTES,
     MAX_BATCH_OPS, MAX_INLINE_VALUE, MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
-pub use read::{Iter, Keyspace, Snapshot};
+pub use read::{Iter, Keys, Keyspace, LazyIter, LazyValue, Snapshot};
 pub use stats::Stats;
 
 use std::collections::{BTreeMap, HashMap};
@@ -155,6 +155,7 @@ struct Counters {
     commits: AtomicU64,
     stalls: AtomicU64,
     stall_micros: AtomicU64,
+    read_ahead: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -177,6 +178,8 @@ pub(crate) struct Inner {
     /// Held while keyspace records change: by a commit, and by GC's write-back.
     applying: Mutex<()>,
     gc: gc::Gc,
+    /// Threads for scans' parallel value reads, started on first use.
+    read_pool: std::sync::OnceLock<rayon::ThreadPool>,
     vlog: ValueLog,
     wal: Wal,
     group: GroupCommit<Request, Result<Written>>,
@@ -319,6 +322,7 @@ impl Db {
             flushing: Mutex::new(()),
             applying: Mutex::new(()),
             gc: gc::Gc::default(),
+            read_pool: std::sync::OnceLock::new(),
             vlog,
             wal,
             group: GroupCommit::new(),
@@ -604,6 +608,24 @@ impl Inner {
         r.and(drained).and(closed)
     }
 
+    /// The thread pool for scans' parallel value reads (started on first use; if the
+    /// system refuses threads, reads run on the caller's).
+    pub(crate) fn read_pool(&self) -> &rayon::ThreadPool {
+        self.read_pool.get_or_init(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(READ_THREADS)
+                .thread_name(|i| format!("flexkv-read-{i}"))
+                .build()
+                .or_else(|_| {
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(1)
+                        .use_current_thread()
+                        .build()
+                })
+                .unwrap_or_else(|e| panic!("no thread pool for reads: {e}"))
+        })
+    }
+
     /// The sorted store of keyspace `ks`.
     pub(crate) fn store(&self, ks: KeyspaceId) -> Result<Arc<SortedStore>> {
         match self.stores.read().get(&ks) {
@@ -692,6 +714,10 @@ fn open_store(opts: &Options, dir: &Path, id: KeyspaceId) -> Result<SortedStore>
         },
     )
 }
+
+/// Threads reading values in parallel for scans: more than cores, since they wait on
+/// the device (WiscKey §3.3.1 relies on the SSD's internal parallelism).
+const READ_THREADS: usize = 8;
 
 /// The directory of keyspace `id`'s sorted store.
 pub(crate) fn store_dir_name(id: KeyspaceId) -> String {

@@ -9,13 +9,14 @@
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 
 use super::batch::check_value;
 use super::Handle;
 use crate::memtable::{KeyspaceId, Value};
 use crate::sorted::history::{self, Version};
+use crate::vlog::Pointer;
 use crate::{Durability, Result, WriteBatch};
 
 /// A named keyspace of a [`Db`](crate::Db): its own sorted key order. Cheap to clone.
@@ -183,6 +184,8 @@ impl Snapshot {
             buf_epoch: None,
             buf_forward: true,
             buf_end: false,
+            ahead: HashMap::new(),
+            streak: 0,
         }
     }
 
@@ -240,7 +243,21 @@ pub struct Iter {
     buf_forward: bool,
     /// The store has nothing past `buf` in this direction.
     buf_end: bool,
+    /// Values read ahead, by pointer: a record's bytes never change, so a value read
+    /// ahead is right whenever its pointer comes up.
+    ahead: HashMap<Pointer, Result<Option<Vec<u8>>>>,
+    /// Separated values resolved in a row without read-ahead.
+    streak: u32,
 }
+
+/// Separated values an iterator reads one by one before it starts reading ahead.
+const READAHEAD_AFTER: u32 = 2;
+/// Read ahead only when at least this many values are known to come...
+const READAHEAD_MIN: usize = 4;
+/// ...and at most this many at once...
+const READAHEAD: usize = 64;
+/// ...and the most bytes of them.
+const READAHEAD_BYTES: u64 = 8 << 20;
 
 type Item = Result<(Vec<u8>, Vec<u8>)>;
 
@@ -274,7 +291,12 @@ impl Iter {
             } else {
                 as_ref(&self.hi)
             };
-            let (e, recs) = store.scan(from, forward)?;
+            let min = if self.streak >= READAHEAD_AFTER {
+                READAHEAD
+            } else {
+                1
+            };
+            let (e, recs) = store.scan(from, forward, min)?;
             self.buf_epoch = Some(e);
             self.buf_forward = forward;
             self.buf_end = recs.is_empty();
@@ -283,7 +305,82 @@ impl Iter {
         Ok(self.buf.front().cloned())
     }
 
+    /// The next pair in the direction, with its value resolved (read ahead when the
+    /// values come from the value log one after another).
     fn step(&mut self, forward: bool) -> Option<Item> {
+        let (key, v) = match self.step_raw(forward)? {
+            Ok(kv) => kv,
+            Err(e) => return Some(Err(e)),
+        };
+        match self.value(&key, v) {
+            Ok(Some(v)) => Some(Ok((key, v))),
+            // Only a lookup again after GC gets here, and it reads at the same sequence.
+            Ok(None) => Some(Err(crate::Error::corruption(
+                &self.guard.db.dir,
+                0,
+                format!("key {key:?} vanished from the iterator's snapshot"),
+            ))),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The value of `key` given the version found: read ahead, or read now.
+    fn value(&mut self, key: &[u8], v: Value) -> Result<Option<Vec<u8>>> {
+        let guard = Arc::clone(&self.guard);
+        let db = &guard.db;
+        let (ks, seq) = (self.ks, self.guard.seq);
+        let Value::Separated(p) = v else {
+            self.streak = 0;
+            return db.resolve(ks, key, v, seq, true);
+        };
+        if !self.ahead.contains_key(&p) {
+            self.streak += 1;
+            if self.streak > READAHEAD_AFTER {
+                self.read_ahead(p, key);
+            }
+        }
+        match self.ahead.remove(&p) {
+            Some(Ok(Some(b))) => Ok(Some(b)),
+            Some(Err(e)) => Err(e),
+            // Not read ahead, or its segment was collected since: the usual way.
+            Some(Ok(None)) | None => db.resolve(ks, key, v, seq, true),
+        }
+    }
+
+    /// Reads `p` and the separated values of the buffered store records after it in
+    /// parallel (WiscKey §3.3.1), up to [`READAHEAD`] values or [`READAHEAD_BYTES`].
+    fn read_ahead(&mut self, p: Pointer, key: &[u8]) {
+        if self.ahead.len() > 2 * READAHEAD {
+            self.ahead.clear(); // read ahead for keys a memtable shadowed
+        }
+        let seq = self.guard.seq;
+        let mut want: Vec<(Pointer, KeyspaceId, &[u8])> = vec![(p, self.ks, key)];
+        let mut bytes = u64::from(p.len);
+        for (k, v) in &self.buf {
+            if want.len() >= READAHEAD || bytes >= READAHEAD_BYTES {
+                break;
+            }
+            if let (true, Value::Separated(q)) = (v.seq <= seq, &v.value) {
+                if !self.ahead.contains_key(q) && *q != p {
+                    want.push((*q, self.ks, k));
+                    bytes += u64::from(q.len);
+                }
+            }
+        }
+        if want.len() < READAHEAD_MIN {
+            return; // too few to be worth the threads: read the one value now
+        }
+        let db = &self.guard.db;
+        db.stats
+            .read_ahead
+            .fetch_add(want.len() as u64, Ordering::Relaxed);
+        let got = db.vlog.read_many(&want, db.read_pool());
+        let ptrs: Vec<Pointer> = want.iter().map(|w| w.0).collect();
+        self.ahead.extend(ptrs.into_iter().zip(got));
+    }
+
+    /// The next key with a value at this sequence, and its version's value unresolved.
+    fn step_raw(&mut self, forward: bool) -> Option<Result<(Vec<u8>, Value)>> {
         while !self.done {
             match self.step_once(forward) {
                 Ok(Some(Some(item))) => return Some(Ok(item)),
@@ -307,7 +404,7 @@ impl Iter {
     fn step_once(
         &mut self,
         forward: bool,
-    ) -> std::result::Result<Option<Option<(Vec<u8>, Vec<u8>)>>, (crate::Error, bool)> {
+    ) -> std::result::Result<Option<Option<(Vec<u8>, Value)>>, (crate::Error, bool)> {
         let fatal = |e| (e, true);
         self.guard.db.check_open().map_err(fatal)?;
         let seq = self.guard.seq;
@@ -364,14 +461,116 @@ impl Iter {
         } else {
             self.hi = Bound::Excluded(key.clone());
         }
-        let Some(value) = value else {
-            return Ok(Some(None));
-        };
-        match self.guard.db.resolve(ks, &key, value, seq, true) {
-            Ok(Some(v)) => Ok(Some(Some((key, v)))),
-            Ok(None) => Ok(Some(None)),
-            Err(e) => Err((e, false)),
+        match value {
+            None | Some(Value::Tombstone) => Ok(Some(None)),
+            Some(v) => Ok(Some(Some((key, v)))),
         }
+    }
+
+    /// The keys only: no value is read.
+    pub fn keys(self) -> Keys {
+        Keys(self)
+    }
+
+    /// Pairs whose values are read only when asked ([`LazyValue::load`]): for scans
+    /// that look at keys (or value lengths) and read few values.
+    pub fn lazy(self) -> LazyIter {
+        LazyIter(self)
+    }
+}
+
+/// An iterator over keys only ([`Iter::keys`]).
+#[derive(Debug)]
+pub struct Keys(Iter);
+
+impl Iterator for Keys {
+    type Item = Result<Vec<u8>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.step_raw(true).map(|r| r.map(|(k, _)| k))
+    }
+}
+
+impl DoubleEndedIterator for Keys {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.0.step_raw(false).map(|r| r.map(|(k, _)| k))
+    }
+}
+
+/// An iterator whose values are loaded on demand ([`Iter::lazy`]).
+#[derive(Debug)]
+pub struct LazyIter(Iter);
+
+impl LazyIter {
+    fn wrap(&self, r: Result<(Vec<u8>, Value)>) -> Result<(Vec<u8>, LazyValue)> {
+        let (key, value) = r?;
+        let lazy = LazyValue {
+            guard: Arc::clone(&self.0.guard),
+            ks: self.0.ks,
+            key: key.clone(),
+            value,
+        };
+        Ok((key, lazy))
+    }
+}
+
+impl Iterator for LazyIter {
+    type Item = Result<(Vec<u8>, LazyValue)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let r = self.0.step_raw(true)?;
+        Some(self.wrap(r))
+    }
+}
+
+impl DoubleEndedIterator for LazyIter {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        let r = self.0.step_raw(false)?;
+        Some(self.wrap(r))
+    }
+}
+
+/// A value not read yet. It keeps the iterator's snapshot alive, so it loads the
+/// version the iterator saw however much later [`LazyValue::load`] is called.
+#[derive(Debug)]
+pub struct LazyValue {
+    guard: Arc<Guard>,
+    ks: KeyspaceId,
+    key: Vec<u8>,
+    value: Value,
+}
+
+impl LazyValue {
+    /// The value's length in bytes, known without reading it.
+    pub fn len(&self) -> usize {
+        match &self.value {
+            Value::Inline(b) => b.len(),
+            Value::Separated(p) => p.len as usize,
+            Value::Tombstone => 0,
+        }
+    }
+
+    /// Whether the value is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the value lives in the value log (reading it is a disk read).
+    pub fn is_separated(&self) -> bool {
+        matches!(self.value, Value::Separated(_))
+    }
+
+    /// Reads the value (checksums verified).
+    pub fn load(&self) -> Result<Vec<u8>> {
+        let db = &self.guard.db;
+        let v = db.resolve(self.ks, &self.key, self.value.clone(), self.guard.seq, true)?;
+        v.ok_or_else(|| {
+            crate::Error::corruption(
+                &db.dir,
+                0,
+                format!("key {:?} vanished from a lazy value's snapshot", self.key),
+            )
+        })
     }
 }
 

@@ -81,6 +81,8 @@ pub struct Stats {
     pub vlog_garbage_bytes: u64,
     /// Every value-log segment's counts (garbage by segment), by segment number.
     pub vlog_segments: Vec<(u32, SegmentUsage)>,
+    /// Separated values iterators read ahead, in parallel batches.
+    pub values_read_ahead: u64,
     /// GC passes run (background and [`Db::gc`](crate::Db::gc)).
     pub gc_passes: u64,
     /// Bytes GC copied to the head of the value log and swapped in.
@@ -181,6 +183,7 @@ impl Inner {
             vlog_disk_bytes: usage.values().map(|u| u.total).sum(),
             vlog_garbage_bytes: usage.values().map(|u| u.garbage()).sum(),
             vlog_segments: usage.into_iter().collect(),
+            values_read_ahead: get(&c.read_ahead),
             gc_passes: get(&self.gc.passes),
             gc_bytes_relocated: get(&self.gc.relocated),
             gc_bytes_reclaimed: get(&self.gc.reclaimed),

@@ -143,9 +143,9 @@ impl SortedStore {
     }
 
     /// The records after `from` (forward) or before it (backward), in that order: the
-    /// rest of the first interval that has any, so an iterator reads an interval per
-    /// call.
-    pub(crate) fn scan(&self, from: Bound<&[u8]>, forward: bool) -> Result<Scan> {
+    /// rest of the first interval that has any, and whole intervals after it until
+    /// there are at least `min`, so an iterator reads an interval or more per call.
+    pub(crate) fn scan(&self, from: Bound<&[u8]>, forward: bool, min: usize) -> Result<Scan> {
         self.usable()?;
         let st = self.state.read();
         let epoch = self.epoch.load(Ordering::SeqCst);
@@ -154,6 +154,8 @@ impl SortedStore {
             (Bound::Unbounded, false) => st.index.last(),
             (Bound::Included(k) | Bound::Excluded(k), _) => st.index.find(k),
         };
+        let mut from = from;
+        let mut out = Vec::new();
         loop {
             let loaded = self.load(&st, &iv, true)?;
             let range = match from {
@@ -170,7 +172,7 @@ impl SortedStore {
                     }
                 }
             };
-            let mut out: Vec<_> = range
+            let mut part: Vec<_> = range
                 .map(|i| {
                     (
                         Box::from(loaded.key(i)),
@@ -179,15 +181,19 @@ impl SortedStore {
                 })
                 .collect();
             if !forward {
-                out.reverse();
+                part.reverse();
             }
+            out.append(&mut part);
             let next = if forward {
                 st.index.next(&iv.key)
             } else {
                 st.index.prev(&iv.key)
             };
             match next {
-                Some(n) if out.is_empty() => iv = n,
+                Some(n) if out.len() < min.max(1) => {
+                    iv = n;
+                    from = Bound::Unbounded;
+                }
                 _ => return Ok((epoch, out)),
             }
         }

@@ -70,6 +70,9 @@ struct Active {
     synced: bool,
 }
 
+/// A value read through a pointer: `None` if GC removed its segment meanwhile.
+pub(crate) type Fetched = Result<Option<Vec<u8>>>;
+
 /// One record as GC's scan finds it.
 #[derive(Debug)]
 pub(crate) struct Scanned {
@@ -349,34 +352,106 @@ impl ValueLog {
         };
         let total = usize::try_from(ptr.record_len(key.len()))
             .map_err(|_| Error::corruption(file.path(), ptr.offset, "pointer length overflows"))?;
-        let bad = |reason: &str| Error::corruption(file.path(), ptr.offset, reason.to_string());
         let mut buf = vec![0; total];
-        let mut done = 0;
-        while done < total {
-            let n = file.read_at(&mut buf[done..], ptr.offset + done as u64)?;
-            if n == 0 {
-                return Err(bad("pointer reaches past the end of its segment"));
-            }
-            done += n;
-        }
-        let h = Header::decode(&buf).map_err(bad)?;
-        if h.ks != ks || h.key_len as usize != key.len() || h.value_len != ptr.len {
-            return Err(bad(
-                "record does not match its pointer (keyspace or lengths)",
-            ));
-        }
-        if h.payload_crc != ptr.check {
-            return Err(bad("record check value differs from the pointer's"));
-        }
-        let payload = &buf[HEADER_LEN..];
-        if crc32c::crc32c(payload) != h.payload_crc {
-            return Err(bad("record payload checksum mismatch"));
-        }
-        if &payload[..key.len()] != key {
-            return Err(bad("record belongs to another key"));
-        }
-        buf.drain(..HEADER_LEN + key.len());
+        read_full(file.as_ref(), &mut buf, ptr.offset)?;
+        let value = verified(&buf, file.path(), ptr, ks, key)?;
+        buf.copy_within(HEADER_LEN + key.len().., 0);
+        buf.truncate(value);
         Ok(Some(buf))
+    }
+
+    /// Reads many values at once (a scan's read-ahead, WiscKey §3.3.1): the records are
+    /// sorted by segment and offset, records that lie back to back are read with one
+    /// call, and the reads run in parallel on `pool`. Each result is as
+    /// [`ValueLog::read_unless_retired`] gives it, in the order asked.
+    pub(crate) fn read_many(
+        &self,
+        want: &[(Pointer, KeyspaceId, &[u8])],
+        pool: &rayon::ThreadPool,
+    ) -> Vec<Fetched> {
+        /// A run of back-to-back records is read whole up to this size.
+        const RUN: u64 = 1 << 20;
+        let mut order: Vec<usize> = (0..want.len()).collect();
+        order.sort_by_key(|&i| (want[i].0.segment, want[i].0.offset));
+        let mut runs: Vec<Vec<usize>> = Vec::new();
+        for i in order {
+            let p = &want[i].0;
+            if let Some(run) = runs.last_mut() {
+                let last = &want[run[run.len() - 1]];
+                let first = &want[run[0]].0;
+                let end = last.0.offset + last.0.record_len(last.2.len());
+                if last.0.segment == p.segment
+                    && end == p.offset
+                    && end - first.offset + p.record_len(want[i].2.len()) <= RUN
+                {
+                    run.push(i);
+                    continue;
+                }
+            }
+            runs.push(vec![i]);
+        }
+        use rayon::prelude::*;
+        let done: Vec<Vec<(usize, Fetched)>> = if runs.len() == 1 {
+            vec![self.read_run(want, &runs[0])]
+        } else {
+            pool.install(|| {
+                runs.par_iter()
+                    .map(|run| self.read_run(want, run))
+                    .collect()
+            })
+        };
+        let mut out: Vec<Option<Fetched>> = (0..want.len()).map(|_| None).collect();
+        for (i, r) in done.into_iter().flatten() {
+            out[i] = Some(r);
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| unreachable!("every asked value is in one run")))
+            .collect()
+    }
+
+    /// Reads one run of back-to-back records with one call and checks each.
+    fn read_run(
+        &self,
+        want: &[(Pointer, KeyspaceId, &[u8])],
+        run: &[usize],
+    ) -> Vec<(usize, Fetched)> {
+        let first = want[run[0]].0;
+        let file = self.segments.read().get(&first.segment).cloned();
+        let Some(file) = file else {
+            // Retired, or missing: each says which.
+            return run
+                .iter()
+                .map(|&i| {
+                    (
+                        i,
+                        self.read_unless_retired(&want[i].0, want[i].1, want[i].2),
+                    )
+                })
+                .collect();
+        };
+        let last = &want[run[run.len() - 1]];
+        let len = last.0.offset + last.0.record_len(last.2.len()) - first.offset;
+        let mut buf = vec![0; len as usize];
+        if let Err(e) = read_full(file.as_ref(), &mut buf, first.offset) {
+            let why = e.to_string();
+            return run
+                .iter()
+                .map(|&i| {
+                    let e = Error::corruption(file.path(), want[i].0.offset, why.clone());
+                    (i, Err(e))
+                })
+                .collect();
+        }
+        run.iter()
+            .map(|&i| {
+                let (p, ks, key) = want[i];
+                let at = (p.offset - first.offset) as usize;
+                let rec = &buf[at..at + p.record_len(key.len()) as usize];
+                let r = verified(rec, file.path(), &p, ks, key)
+                    .map(|n| Some(rec[HEADER_LEN + key.len()..][..n].to_vec()));
+                (i, r)
+            })
+            .collect()
     }
 
     /// Reads every whole record of sealed segment `id`, in order (GC's scan).
@@ -502,6 +577,46 @@ impl ValueLog {
             .map(|(&s, u)| (s, u.live()))
             .collect()
     }
+}
+
+/// Fills `buf` from `file` at `offset`; running out of file is corruption.
+fn read_full(file: &dyn VfsFile, buf: &mut [u8], offset: u64) -> Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = file.read_at(&mut buf[done..], offset + done as u64)?;
+        if n == 0 {
+            return Err(Error::corruption(
+                file.path(),
+                offset,
+                "pointer reaches past the end of its segment",
+            ));
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Checks that `rec` is the whole record `ptr` was made for, of `(ks, key)`; returns the
+/// value's length (it follows the header and the key).
+fn verified(rec: &[u8], path: &Path, ptr: &Pointer, ks: KeyspaceId, key: &[u8]) -> Result<usize> {
+    let bad = |reason: &str| Error::corruption(path, ptr.offset, reason.to_string());
+    let h = Header::decode(rec).map_err(bad)?;
+    if h.ks != ks || h.key_len as usize != key.len() || h.value_len != ptr.len {
+        return Err(bad(
+            "record does not match its pointer (keyspace or lengths)",
+        ));
+    }
+    if h.payload_crc != ptr.check {
+        return Err(bad("record check value differs from the pointer's"));
+    }
+    let payload = &rec[HEADER_LEN..];
+    if crc32c::crc32c(payload) != h.payload_crc {
+        return Err(bad("record payload checksum mismatch"));
+    }
+    if &payload[..key.len()] != key {
+        return Err(bad("record belongs to another key"));
+    }
+    Ok(ptr.len as usize)
 }
 
 fn create_segment(vfs: &dyn Vfs, dir: &Path, id: u32) -> Result<Arc<dyn VfsFile>> {

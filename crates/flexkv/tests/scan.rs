@@ -1,0 +1,219 @@
+//! Scans over separated values: read-ahead in parallel batches, errors reaching the
+//! caller, GC under a running scan, key-only and lazy iterators.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+use common::small_space;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use flexkv::io::FaultVfs;
+use flexkv::{Db, GcOptions};
+
+fn key(i: usize) -> Vec<u8> {
+    format!("key{i:05}").into_bytes()
+}
+
+fn value(i: usize, version: usize) -> Vec<u8> {
+    let mut v = format!("{i}:{version}:").into_bytes();
+    v.resize(100 + (i * 37) % 900, b'a' + (version % 26) as u8);
+    v
+}
+
+fn open(path: &Path) -> Db {
+    Db::builder(path)
+        .value_threshold(64)
+        .vlog_segment_size(64 << 10)
+        .memtable_size(32 << 10)
+        .space_options(small_space())
+        .gc(GcOptions {
+            background: false,
+            ..GcOptions::default()
+        })
+        .open()
+        .unwrap()
+}
+
+/// Committed values, then newer ones and deletes still in the memtable: a scan reads
+/// the committed ones ahead in batches and still returns exactly the model, both ways.
+#[test]
+fn a_scan_reads_ahead_and_returns_exactly_the_model_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    let mut model = BTreeMap::new();
+    for i in 0..1000 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+        model.insert(key(i), value(i, 0));
+    }
+    db.flush().unwrap();
+    for i in (0..1000).step_by(7) {
+        if i % 2 == 0 {
+            db.delete(&key(i)).unwrap();
+            model.remove(&key(i));
+        } else {
+            db.put(&key(i), &value(i, 1)).unwrap();
+            model.insert(key(i), value(i, 1));
+        }
+    }
+    let before = db.stats().values_read_ahead;
+    let got: Vec<_> = db.iter().map(|r| r.unwrap()).collect();
+    let want: Vec<_> = model.clone().into_iter().collect();
+    assert_eq!(got, want);
+    let ahead = db.stats().values_read_ahead - before;
+    assert!(ahead > 500, "only {ahead} values were read ahead");
+    let back: Vec<_> = db.iter().rev().map(|r| r.unwrap()).collect();
+    let want_back: Vec<_> = model.clone().into_iter().rev().collect();
+    assert_eq!(back, want_back);
+    // A bounded range, mixing directions.
+    let mut it = db.range(key(100)..key(300));
+    let first = it.next().unwrap().unwrap();
+    let last = it.next_back().unwrap().unwrap();
+    let inner: Vec<_> = it.map(|r| r.unwrap()).collect();
+    let want: Vec<_> = model
+        .range(key(100)..key(300))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(first, want[0]);
+    assert_eq!(last, want[want.len() - 1]);
+    assert_eq!(inner, want[1..want.len() - 1]);
+}
+
+/// A damaged value is an error for its own item only; the scan goes on.
+#[test]
+fn a_damaged_value_read_ahead_is_an_error_for_its_item_and_the_scan_goes_on() {
+    let vfs = FaultVfs::new(3);
+    let path = Path::new("/db");
+    let db = Db::builder(path)
+        .vfs(vfs.shared())
+        .value_threshold(64)
+        .memtable_size(32 << 10)
+        .space_options(small_space())
+        .open()
+        .unwrap();
+    for i in 0..300 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    // Flip a byte inside the value of key 150: find it by its text.
+    let seg = path.join("vlog-00000001.seg");
+    let mut bytes = vfs.contents(&seg).unwrap();
+    let needle = b"150:0:";
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap();
+    bytes[at + 10] ^= 0x55;
+    vfs.set_contents(&seg, bytes).unwrap();
+    let items: Vec<_> = db.iter().collect();
+    assert_eq!(items.len(), 300, "the scan went on past the damage");
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            Ok((k, v)) => {
+                assert_ne!(i, 150, "the damaged value was returned");
+                assert_eq!((k, v), (&key(i), &value(i, 0)));
+            }
+            Err(e) => {
+                assert_eq!(i, 150, "item {i}: {e}");
+                assert!(matches!(e, flexkv::Error::Corruption { .. }), "{e}");
+            }
+        }
+    }
+    assert!(db.stats().values_read_ahead > 100);
+}
+
+/// GC moves every value and removes the segments while a scan, a snapshot scan and
+/// lazy values are half-way; all of them go on reading the right values.
+#[test]
+fn gc_under_a_running_scan_and_lazy_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    // Keys below 400 keep their first version among the garbage of the others.
+    for round in 0..3 {
+        for i in (if round == 0 { 0 } else { 400 })..800 {
+            db.put(&key(i), &value(i, round)).unwrap();
+        }
+    }
+    db.flush().unwrap();
+    let latest = |i: usize| value(i, if i < 400 { 0 } else { 2 });
+    let snap = db.snapshot();
+    let mut it = db.iter();
+    let mut snap_it = snap.iter();
+    // Keys from 400 have their values in segments GC collects (among round 1's garbage).
+    let lazy: Vec<_> = db
+        .range(key(400)..)
+        .lazy()
+        .take(50)
+        .map(|r| r.unwrap())
+        .collect();
+    for i in 0..100 {
+        assert_eq!(it.next().unwrap().unwrap(), (key(i), latest(i)));
+        assert_eq!(snap_it.next().unwrap().unwrap(), (key(i), latest(i)));
+    }
+    // Overwrite some keys after the snapshot, commit, collect everything.
+    for i in 200..300 {
+        db.put(&key(i), &value(i, 9)).unwrap();
+    }
+    db.flush().unwrap();
+    let r = db.gc().unwrap();
+    assert!(r.segments_removed > 0 && r.bytes_relocated > 0, "{r:?}");
+    for i in 100..800 {
+        // An iterator reads at the sequence it was made at: the overwrites are after.
+        assert_eq!(it.next().unwrap().unwrap(), (key(i), latest(i)), "iter {i}");
+        assert_eq!(
+            snap_it.next().unwrap().unwrap(),
+            (key(i), latest(i)),
+            "snapshot iter {i}"
+        );
+    }
+    assert!(it.next().is_none() && snap_it.next().is_none());
+    for (i, item) in db.iter().enumerate() {
+        let want = if (200..300).contains(&i) {
+            value(i, 9)
+        } else {
+            latest(i)
+        };
+        assert_eq!(item.unwrap(), (key(i), want), "new iter {i}");
+    }
+    for (i, (k, v)) in (400..).zip(&lazy) {
+        assert_eq!(k, &key(i));
+        assert_eq!(v.len(), latest(i).len());
+        assert!(v.is_separated());
+        assert_eq!(v.load().unwrap(), latest(i), "lazy {i} after GC");
+    }
+    db.check().unwrap();
+}
+
+#[test]
+fn keys_only_and_lazy_iterators_match_the_full_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    for i in 0..500 {
+        // Inline and separated values mixed.
+        let v = if i % 3 == 0 {
+            b"small".to_vec()
+        } else {
+            value(i, 0)
+        };
+        db.put(&key(i), &v).unwrap();
+    }
+    db.flush().unwrap();
+    db.delete(&key(10)).unwrap();
+    let full: Vec<_> = db.iter().map(|r| r.unwrap()).collect();
+    let keys: Vec<_> = db.iter().keys().map(|r| r.unwrap()).collect();
+    assert_eq!(
+        keys,
+        full.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>()
+    );
+    let back: Vec<_> = db.iter().keys().rev().map(|r| r.unwrap()).collect();
+    assert_eq!(back, keys.iter().rev().cloned().collect::<Vec<_>>());
+    let before = db.stats().values_read_ahead;
+    let lazy: Vec<_> = db.iter().lazy().map(|r| r.unwrap()).collect();
+    assert_eq!(db.stats().values_read_ahead, before, "nothing read yet");
+    assert_eq!(lazy.len(), full.len());
+    for ((k, lv), (fk, fv)) in lazy.iter().zip(&full) {
+        assert_eq!(k, fk);
+        assert_eq!(lv.len(), fv.len());
+        assert_eq!(&lv.load().unwrap(), fv);
+    }
+}
