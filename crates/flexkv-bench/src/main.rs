@@ -5,6 +5,7 @@ mod baseline;
 mod paper_flexdb;
 mod paper_flexspace;
 mod paper_flextree;
+mod paper_wisckey;
 mod wal_sync;
 
 use clap::{Parser, Subcommand};
@@ -27,6 +28,9 @@ enum Command {
     /// FlexDB §6.3 for the sorted keyspace alone: fillrandom, overwrite, readrandom,
     /// seekrandom+50, write amplification, index size, recovery time.
     PaperFlexdb(paper_flexdb::Args),
+    /// WiscKey §4.1: load and query by value size with separation on and off, scans
+    /// against sequential read bandwidth, overwrite with background GC on and off.
+    PaperWisckey(paper_wisckey::Args),
     /// Group commit: Sync puts from 1–16 threads against one fdatasync per write.
     WalSync(wal_sync::Args),
 }
@@ -37,5 +41,6 @@ fn main() {
         Command::PaperFlexspace(args) => paper_flexspace::run(&args),
         Command::WalSync(args) => wal_sync::run(&args),
         Command::PaperFlexdb(args) => paper_flexdb::run(&args),
+        Command::PaperWisckey(args) => paper_wisckey::run(&args),
     }
 }

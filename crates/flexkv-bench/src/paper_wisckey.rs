@@ -1,0 +1,314 @@
+//! `paper-wisckey`: the WiscKey paper's load, query, scan and GC figures (§4.1, Figures
+//! 9–13), scaled to this machine, on flexkv alone.
+//!
+//! - For value sizes 64 B … 64 KiB: `fillrandom` (batches of `Buffered` writes, one
+//!   sync and a commit at the end) and `readrandom`, with the separation threshold at
+//!   its default and with separation off (the threshold above every value; values over
+//!   8 KiB are always separated, so those rows have no "off" figure). Reported: ops/s,
+//!   MB/s of user data, write amplification (WAL + value log + keyspace files written /
+//!   key and value bytes) and space amplification (database directory bytes / key and
+//!   value bytes).
+//! - `seekrandom` + 50-pair scans over 16 KiB values, in MB/s of values returned,
+//!   against the sequential read bandwidth of the same file system measured in the same
+//!   run (reading the value-log files start to end with 1 MiB reads).
+//! - `overwrite` of 4 KiB values with background GC running, against the same with GC
+//!   off, on a database loaded and then overwritten once (so half the value log is
+//!   garbage as the timed phase starts). Both use 1 MiB memtables and 16 MiB value-log
+//!   segments, so commits (which make garbage) and GC happen during the phase.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use flexkv::{Db, Durability, GcOptions, WriteBatch};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// Options of the `paper-wisckey` command.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// User bytes (keys and values) loaded per value size.
+    #[arg(long, default_value_t = 256 << 20)]
+    bytes: u64,
+    /// Random reads and seeks per measurement (at most the pairs loaded).
+    #[arg(long, default_value_t = 100_000)]
+    reads: u64,
+    /// Where the files go (a directory on the file system to measure).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+const KEY: usize = 16;
+const SIZES: [usize; 6] = [64, 256, 1024, 4096, 16384, 65536];
+/// flexkv's default separation threshold.
+const DEFAULT_THRESHOLD: usize = 4096;
+
+fn fail<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
+    r.unwrap_or_else(|e| panic!("paper-wisckey: an engine or file operation failed: {e}"))
+}
+
+fn key(i: u64) -> Vec<u8> {
+    let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) ^ i;
+    format!("{h:016x}").into_bytes()
+}
+
+fn value(i: u64, round: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![(i ^ round) as u8; len];
+    let tag = (i ^ (round << 48)).to_le_bytes();
+    v[..8.min(len)].copy_from_slice(&tag[..8.min(len)]);
+    v
+}
+
+fn dir_bytes(p: &Path) -> u64 {
+    let mut total = 0;
+    for e in fail(std::fs::read_dir(p)) {
+        let e = fail(e);
+        let m = fail(e.metadata());
+        total += if m.is_dir() {
+            dir_bytes(&e.path())
+        } else {
+            m.len()
+        };
+    }
+    total
+}
+
+fn open(path: &Path, threshold: Option<usize>, gc_on: bool) -> Db {
+    let mut b = Db::builder(path).gc(GcOptions {
+        background: gc_on,
+        ..GcOptions::default()
+    });
+    if gc_on {
+        // Commits (which turn overwritten values into garbage) and GC passes often
+        // enough that GC works during a phase of a few seconds.
+        b = b
+            .memtable_size(1 << 20)
+            .vlog_segment_size(16 << 20)
+            .gc(GcOptions {
+                interval: std::time::Duration::from_millis(100),
+                ..GcOptions::default()
+            });
+    }
+    if let Some(t) = threshold {
+        b = b.value_threshold(t);
+    }
+    fail(b.open())
+}
+
+fn written(db: &Db) -> u64 {
+    let s = db.stats();
+    s.wal_bytes + s.vlog_bytes + s.space_bytes
+}
+
+/// Writes `pairs` pairs in a random order (each key once per round) in batches of at
+/// most 1,000 pairs or 4 MiB, syncs and commits; returns the seconds taken.
+fn load(db: &Db, pairs: u64, round: u64, vlen: usize, seed: u64) -> f64 {
+    let mut order: Vec<u64> = (0..pairs).collect();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.random_range(0..=i));
+    }
+    let per_batch = (4usize << 20).div_ceil(vlen + KEY).clamp(1, 1000);
+    let t0 = Instant::now();
+    for chunk in order.chunks(per_batch) {
+        let mut b = WriteBatch::new();
+        b.durability(Durability::Buffered);
+        for &i in chunk {
+            fail(b.put(&db.default_keyspace(), &key(i), &value(i, round, vlen)));
+        }
+        fail(db.write(b));
+    }
+    fail(db.sync());
+    fail(db.flush());
+    t0.elapsed().as_secs_f64()
+}
+
+fn read_random(db: &Db, pairs: u64, reads: u64, vlen: usize) -> f64 {
+    let mut rng = SmallRng::seed_from_u64(9);
+    let t0 = Instant::now();
+    for _ in 0..reads {
+        let i = rng.random_range(0..pairs);
+        let v = fail(db.get(&key(i))).unwrap_or_else(|| panic!("paper-wisckey: key {i} missing"));
+        assert_eq!(v.len(), vlen, "paper-wisckey: wrong value length");
+    }
+    t0.elapsed().as_secs_f64()
+}
+
+struct Load {
+    ops: f64,
+    mbs: f64,
+    wa: f64,
+    sa: f64,
+    reads: f64,
+}
+
+fn measure(base: &Path, vlen: usize, pairs: u64, reads: u64, threshold: Option<usize>) -> Load {
+    let path = base.join(format!("v{vlen}-{}", threshold.map_or("sep", |_| "off")));
+    let db = open(&path, threshold, false);
+    let secs = load(&db, pairs, 0, vlen, 1);
+    let user = pairs * (KEY + vlen) as u64;
+    let wa = written(&db) as f64 / user as f64;
+    let rsecs = read_random(&db, pairs, reads, vlen);
+    fail(db.close());
+    let sa = dir_bytes(&path) as f64 / user as f64;
+    fail(std::fs::remove_dir_all(&path));
+    Load {
+        ops: pairs as f64 / secs,
+        mbs: user as f64 / secs / 1e6,
+        wa,
+        sa,
+        reads: reads as f64 / rsecs,
+    }
+}
+
+/// Sequential read bandwidth of the files under `path` whose names start with
+/// `prefix`, in MB/s (1 MiB reads).
+fn sequential_read(path: &Path, prefix: &str) -> f64 {
+    use std::io::Read;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    let t0 = Instant::now();
+    for e in fail(std::fs::read_dir(path)) {
+        let e = fail(e);
+        if !e.file_name().to_string_lossy().starts_with(prefix) {
+            continue;
+        }
+        let mut f = fail(std::fs::File::open(e.path()));
+        loop {
+            let n = fail(f.read(&mut buf));
+            if n == 0 {
+                break;
+            }
+            bytes += n as u64;
+        }
+    }
+    bytes as f64 / t0.elapsed().as_secs_f64() / 1e6
+}
+
+fn scans(base: &Path, bytes: u64, reads: u64) {
+    let vlen = 16384;
+    let pairs = (bytes / (KEY + vlen) as u64).max(100);
+    let path = base.join("scan");
+    let db = open(&path, None, false);
+    load(&db, pairs, 0, vlen, 2);
+    let seeks = (reads / 10).clamp(100, pairs);
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut got = 0u64;
+    let t0 = Instant::now();
+    for _ in 0..seeks {
+        let from = key(rng.random_range(0..pairs));
+        for item in db.range(from..).take(50) {
+            got += fail(item).1.len() as u64;
+        }
+    }
+    let scan_mbs = got as f64 / t0.elapsed().as_secs_f64() / 1e6;
+    let ahead = db.stats().values_read_ahead;
+    let seq_mbs = sequential_read(&path, "vlog-");
+    fail(db.close());
+    fail(std::fs::remove_dir_all(&path));
+    println!("\n## seekrandom + 50-pair scans, 16 KiB values ({pairs} pairs, {seeks} seeks)\n");
+    println!("| | MB/s | ratio |");
+    println!("|---|---:|---:|");
+    println!("| sequential read of the value-log files | {seq_mbs:.0} | 1.00 |");
+    println!(
+        "| flexkv scans (values read ahead: {ahead}) | {scan_mbs:.0} | {:.2} |",
+        scan_mbs / seq_mbs
+    );
+}
+
+fn gc_effect(base: &Path, bytes: u64) {
+    let vlen = 4096;
+    let pairs = (bytes / (KEY + vlen) as u64).max(100);
+    let mut rows = Vec::new();
+    for gc_on in [false, true] {
+        let path = base.join(format!("gc-{gc_on}"));
+        let db = if gc_on {
+            open(&path, None, true)
+        } else {
+            // The same settings, with the background thread off.
+            fail(
+                Db::builder(&path)
+                    .memtable_size(1 << 20)
+                    .vlog_segment_size(16 << 20)
+                    .gc(GcOptions {
+                        background: false,
+                        ..GcOptions::default()
+                    })
+                    .open(),
+            )
+        };
+        // Half the value log is garbage before the timed phase (the paper deletes a
+        // share of the keys first), and the phase makes more as it commits.
+        load(&db, pairs, 0, vlen, 3);
+        load(&db, pairs, 1, vlen, 5);
+        let before = db.stats();
+        let secs = load(&db, pairs, 2, vlen, 4);
+        let s = db.stats();
+        rows.push((
+            gc_on,
+            pairs as f64 / secs,
+            s.gc_bytes_reclaimed - before.gc_bytes_reclaimed,
+            s.vlog_space_amplification(),
+        ));
+        fail(db.close());
+        fail(std::fs::remove_dir_all(&path));
+    }
+    println!("\n## overwrite, 4 KiB values, with and without background GC ({pairs} pairs)\n");
+    println!("| background GC | ops/s | ratio | bytes reclaimed meanwhile | value-log space amp. after |");
+    println!("|---|---:|---:|---:|---:|");
+    let off = rows[0].1;
+    for (on, ops, reclaimed, sa) in rows {
+        println!(
+            "| {} | {ops:.0} | {:.2} | {reclaimed} | {sa:.2} |",
+            if on { "on" } else { "off" },
+            ops / off
+        );
+    }
+}
+
+/// Runs the benchmark and prints markdown tables.
+pub fn run(args: &Args) {
+    let tmp = match &args.dir {
+        Some(d) => fail(tempfile::tempdir_in(d)),
+        None => fail(tempfile::tempdir()),
+    };
+    let base = tmp.path();
+    println!(
+        "# paper-wisckey: {} MiB of user data per value size, keys of {KEY} bytes\n",
+        args.bytes >> 20
+    );
+    println!("| value | separation | fillrandom ops/s | MB/s | write amp. | space amp. | readrandom ops/s | fill ratio separated/inline |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
+    for vlen in SIZES {
+        let pairs = (args.bytes / (KEY + vlen) as u64).max(100);
+        let reads = args.reads.min(pairs);
+        let default = measure(base, vlen, pairs, reads, None);
+        let row = |name: &str, l: &Load, ratio: &str| {
+            println!(
+                "| {vlen} | {name} | {:.0} | {:.1} | {:.2} | {:.2} | {:.0} | {ratio} |",
+                l.ops, l.mbs, l.wa, l.sa, l.reads
+            );
+        };
+        if vlen < DEFAULT_THRESHOLD {
+            // Inline by default; WiscKey separates every value: show that too.
+            let sep = measure(base, vlen, pairs, reads, Some(1));
+            row("default (inline)", &default, "");
+            row(
+                "all separated",
+                &sep,
+                &format!("{:.2}", sep.ops / default.ops),
+            );
+        } else if vlen <= flexkv::MAX_INLINE_VALUE {
+            let off = measure(base, vlen, pairs, reads, Some(usize::MAX));
+            row(
+                "default (separated)",
+                &default,
+                &format!("{:.2}", default.ops / off.ops),
+            );
+            row("off", &off, "");
+        } else {
+            row("always separated", &default, "n/a");
+        }
+    }
+    scans(base, args.bytes, args.reads);
+    gc_effect(base, args.bytes);
+}
