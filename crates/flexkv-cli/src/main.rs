@@ -86,6 +86,8 @@ enum Command {
     Stats,
     /// Verify every checksum; exits non-zero, naming file and offset, on any problem.
     Check,
+    /// Run one value-log garbage collection pass now and report what it reclaimed.
+    Gc,
 }
 
 /// A failure to report: one line, exit status 1.
@@ -110,7 +112,7 @@ type Pairs = Box<dyn Iterator<Item = flexkv::Result<(Vec<u8>, Vec<u8>)>>>;
 
 fn version_text() -> String {
     format!(
-        "flexkv {} (formats: MANIFEST 1, WAL 1, value log 1, FlexSpace 1)",
+        "flexkv {} (formats: MANIFEST 2, WAL 1, value log 1, FlexSpace 1)",
         env!("CARGO_PKG_VERSION")
     )
 }
@@ -270,11 +272,46 @@ fn run(cli: &Cli) -> CliResult {
                 ("memtable_entries", s.memtable_entries.into()),
                 ("memtable_bytes", s.memtable_bytes.into()),
                 ("vlog_live_bytes", s.vlog_live_bytes.into()),
+                ("vlog_disk_bytes", s.vlog_disk_bytes.into()),
+                ("vlog_garbage_bytes", s.vlog_garbage_bytes.into()),
+                ("vlog_segments", s.vlog_segments.len().into()),
+                (
+                    "vlog_space_amplification",
+                    serde_json::Number::from_f64(s.vlog_space_amplification())
+                        .map_or(serde_json::Value::Null, serde_json::Value::Number),
+                ),
                 ("wal_tail_cut", s.wal_tail_cut.into()),
                 ("intervals", s.intervals.into()),
                 ("index_bytes", s.index_bytes.into()),
                 ("space_live_bytes", s.space_live_bytes.into()),
                 ("keyspaces", db.keyspaces().len().into()),
+            ];
+            if cli.json {
+                let obj: serde_json::Map<String, serde_json::Value> = fields
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect();
+                writeln!(out, "{}", serde_json::Value::Object(obj))
+            } else {
+                fields
+                    .iter()
+                    .try_for_each(|(k, v)| writeln!(out, "{k}: {v}"))
+            }
+            .map_err(|e| Failure(e.to_string()))?;
+            db.close()?;
+        }
+        Command::Gc => {
+            let db = cli.open(false)?;
+            let r = db.gc()?;
+            let s = db.stats();
+            let fields: Vec<(&str, serde_json::Value)> = vec![
+                ("segments_scanned", r.segments_scanned.into()),
+                ("segments_removed", r.segments_removed.into()),
+                ("segments_skipped", r.segments_skipped.into()),
+                ("bytes_relocated", r.bytes_relocated.into()),
+                ("bytes_reclaimed", r.bytes_reclaimed.into()),
+                ("vlog_disk_bytes", s.vlog_disk_bytes.into()),
+                ("vlog_live_bytes", s.vlog_live_bytes.into()),
             ];
             if cli.json {
                 let obj: serde_json::Map<String, serde_json::Value> = fields
