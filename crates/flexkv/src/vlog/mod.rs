@@ -350,14 +350,7 @@ impl ValueLog {
                 "pointer to a value-log segment that does not exist",
             ));
         };
-        let total = usize::try_from(ptr.record_len(key.len()))
-            .map_err(|_| Error::corruption(file.path(), ptr.offset, "pointer length overflows"))?;
-        let mut buf = vec![0; total];
-        read_full(file.as_ref(), &mut buf, ptr.offset)?;
-        let value = verified(&buf, file.path(), ptr, ks, key)?;
-        buf.copy_within(HEADER_LEN + key.len().., 0);
-        buf.truncate(value);
-        Ok(Some(buf))
+        read_direct(file.as_ref(), ptr, ks, key).map(Some)
     }
 
     /// Reads many values at once (a scan's read-ahead, WiscKey §3.3.1): the records are
@@ -417,8 +410,9 @@ impl ValueLog {
     ) -> Vec<(usize, Fetched)> {
         let first = want[run[0]].0;
         let file = self.segments.read().get(&first.segment).cloned();
-        let Some(file) = file else {
-            // Retired, or missing: each says which.
+        let Some(file) = file.filter(|_| run.len() > 1) else {
+            // One record (read straight into its value's buffer), or a segment that is
+            // retired or missing (each read says which).
             return run
                 .iter()
                 .map(|&i| {
@@ -594,6 +588,34 @@ fn read_full(file: &dyn VfsFile, buf: &mut [u8], offset: u64) -> Result<()> {
         done += n;
     }
     Ok(())
+}
+
+/// Reads the record `ptr` of `(ks, key)` with the header and key in one buffer and the
+/// value straight into the one returned (no copy of the value), checking it as
+/// [`verified`] does.
+fn read_direct(file: &dyn VfsFile, ptr: &Pointer, ks: KeyspaceId, key: &[u8]) -> Result<Vec<u8>> {
+    let mut head = vec![0; HEADER_LEN + key.len()];
+    read_full(file, &mut head, ptr.offset)?;
+    let mut value = vec![0; ptr.len as usize];
+    read_full(file, &mut value, ptr.offset + head.len() as u64)?;
+    let bad = |reason: &str| Error::corruption(file.path(), ptr.offset, reason.to_string());
+    let h = Header::decode(&head).map_err(bad)?;
+    if h.ks != ks || h.key_len as usize != key.len() || h.value_len != ptr.len {
+        return Err(bad(
+            "record does not match its pointer (keyspace or lengths)",
+        ));
+    }
+    if h.payload_crc != ptr.check {
+        return Err(bad("record check value differs from the pointer's"));
+    }
+    let stored_key = &head[HEADER_LEN..];
+    if crc32c::crc32c_append(crc32c::crc32c(stored_key), &value) != h.payload_crc {
+        return Err(bad("record payload checksum mismatch"));
+    }
+    if stored_key != key {
+        return Err(bad("record belongs to another key"));
+    }
+    Ok(value)
 }
 
 /// Checks that `rec` is the whole record `ptr` was made for, of `(ks, key)`; returns the
