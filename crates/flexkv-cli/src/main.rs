@@ -286,18 +286,7 @@ fn run(cli: &Cli) -> CliResult {
                 ("space_live_bytes", s.space_live_bytes.into()),
                 ("keyspaces", db.keyspaces().len().into()),
             ];
-            if cli.json {
-                let obj: serde_json::Map<String, serde_json::Value> = fields
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect();
-                writeln!(out, "{}", serde_json::Value::Object(obj))
-            } else {
-                fields
-                    .iter()
-                    .try_for_each(|(k, v)| writeln!(out, "{k}: {v}"))
-            }
-            .map_err(|e| Failure(e.to_string()))?;
+            print_fields(out, fields, cli.json)?;
             db.close()?;
         }
         Command::Gc => {
@@ -313,18 +302,7 @@ fn run(cli: &Cli) -> CliResult {
                 ("vlog_disk_bytes", s.vlog_disk_bytes.into()),
                 ("vlog_live_bytes", s.vlog_live_bytes.into()),
             ];
-            if cli.json {
-                let obj: serde_json::Map<String, serde_json::Value> = fields
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect();
-                writeln!(out, "{}", serde_json::Value::Object(obj))
-            } else {
-                fields
-                    .iter()
-                    .try_for_each(|(k, v)| writeln!(out, "{k}: {v}"))
-            }
-            .map_err(|e| Failure(e.to_string()))?;
+            print_fields(out, fields, cli.json)?;
             db.close()?;
         }
         Command::Check => {
@@ -340,6 +318,26 @@ fn run(cli: &Cli) -> CliResult {
         }
     }
     Ok(())
+}
+
+/// Prints named counters as `name: value` lines, or as one JSON object.
+fn print_fields(
+    out: &mut impl Write,
+    fields: Vec<(&str, serde_json::Value)>,
+    json: bool,
+) -> Result<(), Failure> {
+    if json {
+        let obj: serde_json::Map<String, serde_json::Value> = fields
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        writeln!(out, "{}", serde_json::Value::Object(obj))
+    } else {
+        fields
+            .iter()
+            .try_for_each(|(k, v)| writeln!(out, "{k}: {v}"))
+    }
+    .map_err(|e| Failure(e.to_string()))
 }
 
 fn main() -> ExitCode {

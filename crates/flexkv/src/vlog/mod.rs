@@ -598,31 +598,35 @@ fn read_direct(file: &dyn VfsFile, ptr: &Pointer, ks: KeyspaceId, key: &[u8]) ->
     read_full(file, &mut head, ptr.offset)?;
     let mut value = vec![0; ptr.len as usize];
     read_full(file, &mut value, ptr.offset + head.len() as u64)?;
-    let bad = |reason: &str| Error::corruption(file.path(), ptr.offset, reason.to_string());
-    let h = Header::decode(&head).map_err(bad)?;
-    if h.ks != ks || h.key_len as usize != key.len() || h.value_len != ptr.len {
-        return Err(bad(
-            "record does not match its pointer (keyspace or lengths)",
-        ));
-    }
-    if h.payload_crc != ptr.check {
-        return Err(bad("record check value differs from the pointer's"));
-    }
     let stored_key = &head[HEADER_LEN..];
-    if crc32c::crc32c_append(crc32c::crc32c(stored_key), &value) != h.payload_crc {
-        return Err(bad("record payload checksum mismatch"));
-    }
-    if stored_key != key {
-        return Err(bad("record belongs to another key"));
-    }
+    let payload_crc = crc32c::crc32c_append(crc32c::crc32c(stored_key), &value);
+    check_record(&head, payload_crc, stored_key, file.path(), ptr, ks, key)?;
     Ok(value)
 }
 
 /// Checks that `rec` is the whole record `ptr` was made for, of `(ks, key)`; returns the
 /// value's length (it follows the header and the key).
 fn verified(rec: &[u8], path: &Path, ptr: &Pointer, ks: KeyspaceId, key: &[u8]) -> Result<usize> {
+    let payload = rec.get(HEADER_LEN..).unwrap_or_default();
+    let stored_key = payload.get(..key.len()).unwrap_or_default();
+    check_record(rec, crc32c::crc32c(payload), stored_key, path, ptr, ks, key)?;
+    Ok(ptr.len as usize)
+}
+
+/// The checks of a read through a pointer: the header (`head`) is whole, keyspace and
+/// lengths match the pointer, the payload CRC stored, computed (`payload_crc`) and in
+/// the pointer agree, and the stored key is `key`.
+fn check_record(
+    head: &[u8],
+    payload_crc: u32,
+    stored_key: &[u8],
+    path: &Path,
+    ptr: &Pointer,
+    ks: KeyspaceId,
+    key: &[u8],
+) -> Result<()> {
     let bad = |reason: &str| Error::corruption(path, ptr.offset, reason.to_string());
-    let h = Header::decode(rec).map_err(bad)?;
+    let h = Header::decode(head).map_err(bad)?;
     if h.ks != ks || h.key_len as usize != key.len() || h.value_len != ptr.len {
         return Err(bad(
             "record does not match its pointer (keyspace or lengths)",
@@ -631,14 +635,13 @@ fn verified(rec: &[u8], path: &Path, ptr: &Pointer, ks: KeyspaceId, key: &[u8]) 
     if h.payload_crc != ptr.check {
         return Err(bad("record check value differs from the pointer's"));
     }
-    let payload = &rec[HEADER_LEN..];
-    if crc32c::crc32c(payload) != h.payload_crc {
+    if payload_crc != h.payload_crc {
         return Err(bad("record payload checksum mismatch"));
     }
-    if &payload[..key.len()] != key {
+    if stored_key != key {
         return Err(bad("record belongs to another key"));
     }
-    Ok(ptr.len as usize)
+    Ok(())
 }
 
 fn create_segment(vfs: &dyn Vfs, dir: &Path, id: u32) -> Result<Arc<dyn VfsFile>> {
