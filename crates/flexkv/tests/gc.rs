@@ -55,6 +55,21 @@ fn vlog_disk(dir: &Path) -> u64 {
         .sum()
 }
 
+/// After a full pass with nothing pinned: no sealed segment is still a candidate (the
+/// active one may hold garbage; GC never takes it).
+fn no_candidates_left(db: &Db, ctx: &str) {
+    let s = db.stats();
+    let active = s.vlog_segments.iter().map(|(id, _)| *id).max().unwrap_or(0);
+    for (id, u) in &s.vlog_segments {
+        if *id < active && u.memory == 0 && u.pinned == 0 {
+            assert!(
+                (u.garbage() as f64) < 0.25 * u.total as f64,
+                "{ctx}: segment {id} still a candidate after a pass: {u:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn overwrites_with_4k_values_end_under_1_5x_once_gc_has_run_and_disk_usage_falls() {
     let dir = tempfile::tempdir().unwrap();
@@ -180,14 +195,9 @@ fn history_for_a_snapshot_is_kept_until_it_goes_then_reclaimed() {
     let s = db.stats();
     let pinned: u64 = s.vlog_segments.iter().map(|(_, u)| u.pinned).sum();
     assert_eq!(pinned, 0, "released with the snapshot");
-    db.gc().unwrap();
-    let s = db.stats();
-    assert!(
-        s.vlog_space_amplification() <= 1.5,
-        "history reclaimed: {} disk, {} live",
-        s.vlog_disk_bytes,
-        s.vlog_live_bytes
-    );
+    let r = db.gc().unwrap();
+    assert!(r.segments_removed > 0, "history reclaimed: {r:?}");
+    no_candidates_left(&db, "after the snapshot went");
     for k in 0..200 {
         assert_eq!(db.get(&key(k)).unwrap(), Some(value(k, 3, 300)));
     }
@@ -442,11 +452,7 @@ fn gc_races_with_writes_deletes_snapshots_iterators_and_commits() {
     db.check().unwrap();
     let s = db.stats();
     assert!(s.gc_bytes_relocated > 0, "{s:?}");
-    assert!(
-        s.vlog_space_amplification() <= 1.5,
-        "{}",
-        s.vlog_space_amplification()
-    );
+    no_candidates_left(&db, "after the race");
 }
 
 // ---- crashes -------------------------------------------------------------------
@@ -522,17 +528,13 @@ fn a_crash_at_every_step_of_a_gc_pass_loses_nothing_and_brings_nothing_back() {
         let ctx = format!("point {point} (disk dead from GC op {fail_at} of {ops}), {mode:?}");
         let db = open_faulty(&vfs).unwrap_or_else(|e| panic!("{ctx}: reopen failed: {e}"));
         check_model(&db, &model, &ctx);
-        // A pass after recovery finishes the job.
+        // A pass after recovery (and the commit of what the WAL replay found) finishes
+        // the job.
+        db.flush().unwrap();
         db.gc()
             .unwrap_or_else(|e| panic!("{ctx}: gc after recovery: {e}"));
         check_model(&db, &model, &ctx);
-        let s = db.stats();
-        assert!(
-            s.vlog_space_amplification() <= 1.5 || s.vlog_segments.len() <= 2,
-            "{ctx}: {} disk, {} live",
-            s.vlog_disk_bytes,
-            s.vlog_live_bytes
-        );
+        no_candidates_left(&db, &ctx);
     }
     assert_eq!(
         modes.len(),
