@@ -186,6 +186,7 @@ impl Snapshot {
             buf_end: false,
             ahead: HashMap::new(),
             streak: 0,
+            batch: READAHEAD_FIRST,
         }
     }
 
@@ -248,13 +249,18 @@ pub struct Iter {
     ahead: HashMap<Pointer, Result<Option<Vec<u8>>>>,
     /// Separated values resolved in a row without read-ahead.
     streak: u32,
+    /// The next read-ahead's size: it doubles from [`READAHEAD_FIRST`] to [`READAHEAD`],
+    /// so a short scan does not read far past where it stops.
+    batch: usize,
 }
 
 /// Separated values an iterator reads one by one before it starts reading ahead.
 const READAHEAD_AFTER: u32 = 2;
 /// Read ahead only when at least this many values are known to come...
 const READAHEAD_MIN: usize = 4;
-/// ...and at most this many at once...
+/// ...the first read-ahead takes this many, each next one twice as many...
+const READAHEAD_FIRST: usize = 8;
+/// ...up to this many at once...
 const READAHEAD: usize = 64;
 /// ...and the most bytes of them.
 const READAHEAD_BYTES: u64 = 8 << 20;
@@ -292,7 +298,7 @@ impl Iter {
                 as_ref(&self.hi)
             };
             let min = if self.streak >= READAHEAD_AFTER {
-                READAHEAD
+                self.batch
             } else {
                 1
             };
@@ -348,7 +354,8 @@ impl Iter {
     }
 
     /// Reads `p` and the separated values of the buffered store records after it in
-    /// parallel (WiscKey §3.3.1), up to [`READAHEAD`] values or [`READAHEAD_BYTES`].
+    /// parallel (WiscKey §3.3.1), up to the current batch size (at most [`READAHEAD`])
+    /// or [`READAHEAD_BYTES`].
     fn read_ahead(&mut self, p: Pointer, key: &[u8]) {
         if self.ahead.len() > 2 * READAHEAD {
             self.ahead.clear(); // read ahead for keys a memtable shadowed
@@ -357,7 +364,7 @@ impl Iter {
         let mut want: Vec<(Pointer, KeyspaceId, &[u8])> = vec![(p, self.ks, key)];
         let mut bytes = u64::from(p.len);
         for (k, v) in &self.buf {
-            if want.len() >= READAHEAD || bytes >= READAHEAD_BYTES {
+            if want.len() >= self.batch || bytes >= READAHEAD_BYTES {
                 break;
             }
             if let (true, Value::Separated(q)) = (v.seq <= seq, &v.value) {
@@ -370,6 +377,7 @@ impl Iter {
         if want.len() < READAHEAD_MIN {
             return; // too few to be worth the threads: read the one value now
         }
+        self.batch = (self.batch * 2).min(READAHEAD);
         let db = &self.guard.db;
         db.stats
             .read_ahead
