@@ -77,6 +77,10 @@ struct World {
     model: Model,
     /// The model as of the last moment everything written was durable.
     durable: Model,
+    /// The model after each `Buffered` write since then: a crash may keep any prefix of
+    /// them (a memtable freeze syncs the WAL, so the committer can make a `Buffered`
+    /// write durable before anyone asks).
+    since_durable: Vec<Model>,
     snapshots: Vec<(Snapshot, Model)>,
 }
 
@@ -98,6 +102,7 @@ impl World {
             ks,
             model: vec![BTreeMap::new(); KEYSPACES],
             durable: vec![BTreeMap::new(); KEYSPACES],
+            since_durable: Vec::new(),
             snapshots: Vec::new(),
         }
     }
@@ -120,7 +125,9 @@ impl World {
 
     fn wrote(&mut self, sync: bool) {
         if sync {
-            self.durable = self.model.clone();
+            self.made_durable();
+        } else {
+            self.since_durable.push(self.model.clone());
         }
     }
 
@@ -216,12 +223,12 @@ impl World {
             }
             Op::Sync => {
                 self.db.sync().unwrap();
-                self.durable = self.model.clone();
+                self.made_durable();
             }
             Op::Flush => {
                 // A commit makes what it commits durable, Buffered writes included.
                 self.db.flush().unwrap();
-                self.durable = self.model.clone();
+                self.made_durable();
             }
             Op::Reopen => {
                 self.snapshots.clear();
@@ -229,7 +236,7 @@ impl World {
                 let db = std::mem::replace(&mut self.db, World::open(&FaultVfs::new(0)).0);
                 db.close().unwrap();
                 (self.db, self.ks) = World::open(&self.vfs);
-                self.durable = self.model.clone();
+                self.made_durable();
                 self.check_all();
             }
             Op::Crash => {
@@ -239,10 +246,37 @@ impl World {
                 std::mem::forget(db); // a crash runs no destructor
                 self.vfs.crash(CrashMode::DropUnsynced);
                 (self.db, self.ks) = World::open(&self.vfs);
-                self.model = self.durable.clone();
+                // The durable state, or it plus a prefix of the Buffered writes after it.
+                let found = self.contents();
+                let candidates = std::iter::once(&self.durable).chain(&self.since_durable);
+                let kept = candidates
+                    .into_iter()
+                    .find(|m| **m == found)
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "after a crash the database holds no prefix of the writes: {found:?}"
+                        )
+                    })
+                    .clone();
+                self.model = kept;
+                self.made_durable();
                 self.check_all();
             }
         }
+    }
+
+    /// Everything is durable as of now.
+    fn made_durable(&mut self) {
+        self.durable = self.model.clone();
+        self.since_durable.clear();
+    }
+
+    /// What the database holds, keyspace by keyspace.
+    fn contents(&self) -> Model {
+        self.ks
+            .iter()
+            .map(|k| k.iter().map(|r| r.unwrap()).collect())
+            .collect()
     }
 
     fn check_all(&self) {
