@@ -37,7 +37,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::io::{FileLock, Vfs};
-use crate::memtable::{KeyspaceId, Memtable, Value};
+use crate::memtable::{self, KeyspaceId, Memtable, Value};
 use crate::mvcc::{Snapshots, Visibility};
 use crate::sorted::commit::LockHolds;
 use crate::sorted::history;
@@ -276,8 +276,15 @@ impl Db {
         for g in &recovered.groups {
             for (i, batch) in g.batches.iter().enumerate() {
                 let seq = g.first + i as u64;
-                for op in batch {
-                    replay(&memtable, &vlog, &manifest, path, seq, op)?;
+                let values: Vec<(KeyspaceId, &[u8], Value)> = batch
+                    .iter()
+                    .map(|op| replay(&memtable, &vlog, &manifest, path, seq, op))
+                    .collect::<Result<_>>()?;
+                if values.len() > 1 {
+                    let ops = values.iter().map(|(ks, k, v)| (*ks, *k, v));
+                    for (p, key_len) in memtable::replaced_in_batch(ops) {
+                        vlog.hold(&p, key_len, Some(Holder::Memory), None);
+                    }
                 }
             }
         }
@@ -765,15 +772,15 @@ fn check_keyspace_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Puts one recovered op into the memtable.
-fn replay(
+/// Puts one recovered op into the memtable; returns its keyspace, key and value.
+fn replay<'a>(
     memtable: &Memtable,
     vlog: &ValueLog,
     manifest: &Manifest,
     dir: &Path,
     seq: u64,
-    op: &Op,
-) -> Result<()> {
+    op: &'a Op,
+) -> Result<(KeyspaceId, &'a [u8], Value)> {
     let (ks, key, value) = match op {
         Op::Put { ks, key, value } => (*ks, key, Value::Inline(value.clone().into_boxed_slice())),
         Op::PutSeparated { ks, key, ptr } => {
@@ -789,8 +796,6 @@ fn replay(
             format!("the WAL writes to keyspace {ks}, which the manifest does not know"),
         ));
     }
-    if let Some(Value::Separated(p)) = memtable.insert(ks, key, seq, value) {
-        vlog.hold(&p, key.len(), Some(Holder::Memory), None);
-    }
-    Ok(())
+    memtable.insert(ks, key, seq, value.clone());
+    Ok((ks, key, value))
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::batch::BatchOp;
 use super::Inner;
-use crate::memtable::{KeyspaceId, Memtable, Value};
+use crate::memtable::{replaced_in_batch, KeyspaceId, Memtable, Value};
 use crate::vlog::Holder;
 use crate::vlog::NewValue;
 use crate::wal::format::{self, OpRef};
@@ -67,11 +67,15 @@ impl Inner {
             Role::Lead(me, group) => self.lead(me, group)?,
         };
         let seq = written.seq;
-        for (ks, key, value) in std::mem::take(&mut written.entries) {
-            if let Some(Value::Separated(p)) = written.table.insert(ks, &key, seq, value) {
-                // A batch that wrote the key twice: the first value is garbage now.
-                self.vlog.hold(&p, key.len(), Some(Holder::Memory), None);
+        if written.entries.len() > 1 {
+            // A batch that wrote a key twice: the first value is garbage now.
+            let ops = written.entries.iter().map(|(ks, k, v)| (*ks, &k[..], v));
+            for (p, key_len) in replaced_in_batch(ops) {
+                self.vlog.hold(&p, key_len, Some(Holder::Memory), None);
             }
+        }
+        for (ks, key, value) in std::mem::take(&mut written.entries) {
+            written.table.insert(ks, &key, seq, value);
         }
         self.vis.applied_and_wait(seq);
         self.stats

@@ -77,6 +77,27 @@ impl PartialOrd for MemKey {
 /// Per-entry bookkeeping the skip list adds, for the size estimate.
 const ENTRY_OVERHEAD: usize = 64;
 
+/// The separated values a batch replaces itself (a key written twice in one batch:
+/// the later operation wins), with their keys' lengths. Only batches of more than one
+/// operation with a separated value can have any.
+pub(crate) fn replaced_in_batch<'a>(
+    ops: impl IntoIterator<Item = (KeyspaceId, &'a [u8], &'a Value)>,
+) -> Vec<(Pointer, usize)> {
+    let mut last: std::collections::HashMap<(KeyspaceId, &[u8]), Option<Pointer>> =
+        std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for (ks, key, v) in ops {
+        let p = match v {
+            Value::Separated(p) => Some(*p),
+            _ => None,
+        };
+        if let Some(Some(old)) = last.insert((ks, key), p) {
+            out.push((old, key.len()));
+        }
+    }
+    out
+}
+
 /// The concurrent multi-version map.
 #[derive(Debug, Default)]
 pub(crate) struct Memtable {
@@ -87,24 +108,15 @@ pub(crate) struct Memtable {
 
 impl Memtable {
     /// Adds the version `seq` of `key`. A second insert of the same `(key, seq)` (a batch
-    /// that writes a key twice) replaces the first: the later operation wins, and the
-    /// value it replaced is returned. Inserts of one `(key, seq)` come from one thread.
-    pub(crate) fn insert(
-        &self,
-        ks: KeyspaceId,
-        key: &[u8],
-        seq: u64,
-        value: Value,
-    ) -> Option<Value> {
+    /// that writes a key twice) replaces the first: the later operation wins (see
+    /// [`replaced_in_batch`] for the value-log accounting of the first).
+    pub(crate) fn insert(&self, ks: KeyspaceId, key: &[u8], seq: u64, value: Value) {
         let size = key.len() + value.footprint() + ENTRY_OVERHEAD;
         if matches!(value, Value::Separated(_)) {
             self.separated.store(true, AtomicOrdering::Relaxed);
         }
-        let k = MemKey::new(ks, key, seq);
-        let replaced = self.map.get(&k).map(|e| e.value().clone());
-        self.map.insert(k, value);
+        self.map.insert(MemKey::new(ks, key, seq), value);
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
-        replaced
     }
 
     /// Whether any entry's value is in the value log.
