@@ -217,8 +217,8 @@ impl Inner {
         }
         self.vlog.sync()?;
         self.gc_step(GcStep::Relocated(id));
-        // 3. Write-back, serialized with commits.
-        {
+        // 3. Write-back, serialized with commits (nothing to do if nothing was live).
+        if !moved.is_empty() {
             let _commit = self.applying.lock();
             self.counts_unknown()?;
             let mut by_ks: BTreeMap<u32, Vec<Move>> = BTreeMap::new();
@@ -240,7 +240,7 @@ impl Inner {
                 }
                 store.sync()?;
             }
-            self.counts_known()?;
+            self.write_manifest_counts(None)?;
         }
         self.gc_step(GcStep::WrittenBack(id));
         // 4. Removal, if a commit in between did not pin anything here.
@@ -275,10 +275,6 @@ impl Inner {
 
     /// Records the current counts (and `applied`, if given) in the manifest, once the
     /// keyspaces are durable. Call with the commit lock held.
-    pub(crate) fn counts_known(&self) -> Result<()> {
-        self.write_manifest_counts(None)
-    }
-
     pub(crate) fn write_manifest_counts(&self, applied: Option<u64>) -> Result<()> {
         let mut m = self.manifest.lock();
         let mut next = m.clone();

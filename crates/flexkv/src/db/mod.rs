@@ -42,7 +42,7 @@ use crate::mvcc::{Snapshots, Visibility};
 use crate::sorted::commit::LockHolds;
 use crate::sorted::history;
 use crate::sorted::store::{SortedStore, StoreOptions};
-use crate::vlog::{Holder, ValueLog};
+use crate::vlog::{Holder, Pointer, ValueLog};
 use crate::wal::format::Op;
 use crate::wal::group::GroupCommit;
 use crate::wal::sync::SyncPoint;
@@ -276,12 +276,11 @@ impl Db {
         for g in &recovered.groups {
             for (i, batch) in g.batches.iter().enumerate() {
                 let seq = g.first + i as u64;
-                let values: Vec<(KeyspaceId, &[u8], Value)> = batch
+                let ops: Vec<(KeyspaceId, &[u8], Option<Pointer>)> = batch
                     .iter()
                     .map(|op| replay(&memtable, &vlog, &manifest, path, seq, op))
                     .collect::<Result<_>>()?;
-                if values.len() > 1 {
-                    let ops = values.iter().map(|(ks, k, v)| (*ks, *k, v));
+                if ops.len() > 1 {
                     for (p, key_len) in memtable::replaced_in_batch(ops) {
                         vlog.hold(&p, key_len, Some(Holder::Memory), None);
                     }
@@ -772,7 +771,8 @@ fn check_keyspace_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Puts one recovered op into the memtable; returns its keyspace, key and value.
+/// Puts one recovered op into the memtable; returns its keyspace, key and separated
+/// value's pointer (for [`memtable::replaced_in_batch`]).
 fn replay<'a>(
     memtable: &Memtable,
     vlog: &ValueLog,
@@ -780,7 +780,7 @@ fn replay<'a>(
     dir: &Path,
     seq: u64,
     op: &'a Op,
-) -> Result<(KeyspaceId, &'a [u8], Value)> {
+) -> Result<(KeyspaceId, &'a [u8], Option<Pointer>)> {
     let (ks, key, value) = match op {
         Op::Put { ks, key, value } => (*ks, key, Value::Inline(value.clone().into_boxed_slice())),
         Op::PutSeparated { ks, key, ptr } => {
@@ -796,6 +796,7 @@ fn replay<'a>(
             format!("the WAL writes to keyspace {ks}, which the manifest does not know"),
         ));
     }
-    memtable.insert(ks, key, seq, value.clone());
-    Ok((ks, key, value))
+    let ptr = memtable::separated(&value);
+    memtable.insert(ks, key, seq, value);
+    Ok((ks, key, ptr))
 }

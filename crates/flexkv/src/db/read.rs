@@ -332,12 +332,10 @@ impl Iter {
 
     /// The value of `key` given the version found: read ahead, or read now.
     fn value(&mut self, key: &[u8], v: Value) -> Result<Option<Vec<u8>>> {
-        let guard = Arc::clone(&self.guard);
-        let db = &guard.db;
         let (ks, seq) = (self.ks, self.guard.seq);
         let Value::Separated(p) = v else {
             self.streak = 0;
-            return db.resolve(ks, key, v, seq, true);
+            return self.guard.db.resolve(ks, key, v, seq, true);
         };
         if !self.ahead.contains_key(&p) {
             self.streak += 1;
@@ -349,7 +347,7 @@ impl Iter {
             Some(Ok(Some(b))) => Ok(Some(b)),
             Some(Err(e)) => Err(e),
             // Not read ahead, or its segment was collected since: the usual way.
-            Some(Ok(None)) | None => db.resolve(ks, key, v, seq, true),
+            Some(Ok(None)) | None => self.guard.db.resolve(ks, key, v, seq, true),
         }
     }
 

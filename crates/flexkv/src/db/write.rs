@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::batch::BatchOp;
 use super::Inner;
-use crate::memtable::{replaced_in_batch, KeyspaceId, Memtable, Value};
+use crate::memtable::{replaced_in_batch, separated, KeyspaceId, Memtable, Value};
 use crate::vlog::Holder;
 use crate::vlog::NewValue;
 use crate::wal::format::{self, OpRef};
@@ -69,7 +69,7 @@ impl Inner {
         let seq = written.seq;
         if written.entries.len() > 1 {
             // A batch that wrote a key twice: the first value is garbage now.
-            let ops = written.entries.iter().map(|(ks, k, v)| (*ks, &k[..], v));
+            let ops = (written.entries.iter()).map(|(ks, k, v)| (*ks, &k[..], separated(v)));
             for (p, key_len) in replaced_in_batch(ops) {
                 self.vlog.hold(&p, key_len, Some(Holder::Memory), None);
             }

@@ -81,21 +81,25 @@ const ENTRY_OVERHEAD: usize = 64;
 /// the later operation wins), with their keys' lengths. Only batches of more than one
 /// operation with a separated value can have any.
 pub(crate) fn replaced_in_batch<'a>(
-    ops: impl IntoIterator<Item = (KeyspaceId, &'a [u8], &'a Value)>,
+    ops: impl IntoIterator<Item = (KeyspaceId, &'a [u8], Option<Pointer>)>,
 ) -> Vec<(Pointer, usize)> {
     let mut last: std::collections::HashMap<(KeyspaceId, &[u8]), Option<Pointer>> =
         std::collections::HashMap::new();
     let mut out = Vec::new();
-    for (ks, key, v) in ops {
-        let p = match v {
-            Value::Separated(p) => Some(*p),
-            _ => None,
-        };
+    for (ks, key, p) in ops {
         if let Some(Some(old)) = last.insert((ks, key), p) {
             out.push((old, key.len()));
         }
     }
     out
+}
+
+/// The value's place in the value log, if it is separated.
+pub(crate) fn separated(v: &Value) -> Option<Pointer> {
+    match v {
+        Value::Separated(p) => Some(*p),
+        _ => None,
+    }
 }
 
 /// The concurrent multi-version map.

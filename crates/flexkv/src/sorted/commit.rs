@@ -94,18 +94,30 @@ impl SortedStore {
         let mut updates = updates.peekable();
         while updates.peek().is_some() {
             let slice: Vec<Update> = updates.by_ref().take(SLICE).collect();
-            let mut st = self.state.write();
-            let t0 = Instant::now();
-            self.epoch.fetch_add(1, Ordering::SeqCst);
-            let r = self.apply_slice(&mut st, &slice, cx);
-            drop(st);
-            cx.holds.record(t0.elapsed());
-            if r.is_err() {
-                self.broken.store(true, Ordering::Release);
-            }
-            r?;
+            self.locked(cx.holds, |st| {
+                self.epoch.fetch_add(1, Ordering::SeqCst);
+                self.apply_slice(st, &slice, cx)
+            })?;
         }
         Ok(())
+    }
+
+    /// Runs `f` under the write lock and records how long it was held. An error marks
+    /// the store broken: the change may be half made.
+    pub(crate) fn locked<R>(
+        &self,
+        holds: &LockHolds,
+        f: impl FnOnce(&mut State) -> Result<R>,
+    ) -> Result<R> {
+        let mut st = self.state.write();
+        let t0 = Instant::now();
+        let r = f(&mut st);
+        drop(st);
+        holds.record(t0.elapsed());
+        if r.is_err() {
+            self.broken.store(true, Ordering::Release);
+        }
+        r
     }
 
     /// Removes the tombstones kept for snapshots that no snapshot needs any more.
@@ -258,7 +270,7 @@ impl SortedStore {
             .partition(|(s, _)| base.is_none_or(|b| *s > b));
         // Versions already applied (a replay): the record holds their value already.
         for (_, v) in stale {
-            self.hold(cx, key, &v.clone(), Some(Holder::Memory), None);
+            self.hold(cx, key, v, Some(Holder::Memory), None);
         }
         if fresh.is_empty() {
             // Nothing new (a replay, or a sweep): drop a tombstone no snapshot needs.

@@ -334,21 +334,11 @@ impl SortedStore {
         self.usable()?;
         let mut done = Vec::with_capacity(moves.len());
         for slice in moves.chunks(super::commit::SLICE) {
-            let mut st = self.state.write();
-            let t0 = std::time::Instant::now();
-            let r = slice
-                .iter()
-                .map(|(key, seq, old, new)| self.relocate_one(&mut st, key, *seq, old, new))
-                .collect::<Result<Vec<bool>>>();
-            drop(st);
-            holds.record(t0.elapsed());
-            match r {
-                Ok(v) => done.extend(v),
-                Err(e) => {
-                    self.broken.store(true, Ordering::Release);
-                    return Err(e);
-                }
-            }
+            done.extend(self.locked(holds, |st| {
+                (slice.iter())
+                    .map(|(key, seq, old, new)| self.relocate_one(st, key, *seq, old, new))
+                    .collect::<Result<Vec<bool>>>()
+            })?);
         }
         Ok(done)
     }

@@ -427,14 +427,7 @@ impl ValueLog {
         let len = last.0.offset + last.0.record_len(last.2.len()) - first.offset;
         let mut buf = vec![0; len as usize];
         if let Err(e) = read_full(file.as_ref(), &mut buf, first.offset) {
-            let why = e.to_string();
-            return run
-                .iter()
-                .map(|&i| {
-                    let e = Error::corruption(file.path(), want[i].0.offset, why.clone());
-                    (i, Err(e))
-                })
-                .collect();
+            return run.iter().map(|&i| (i, Err(e.duplicate()))).collect();
         }
         run.iter()
             .map(|&i| {
