@@ -33,6 +33,13 @@ enum Command {
     PaperWisckey(paper_wisckey::Args),
     /// Group commit: Sync puts from 1–16 threads against one fdatasync per write.
     WalSync(wal_sync::Args),
+    /// Side by side: db_bench workloads and YCSB A–F against every engine in this build
+    /// (RocksDB, LMDB, redb, fjall and sled need their cargo features), each engine in a
+    /// process of its own.
+    Compare(flexkv_bench::compare::Args),
+    /// Internal: one engine's run, for `compare`.
+    #[command(hide = true)]
+    CompareChild(flexkv_bench::compare::ChildArgs),
 }
 
 fn main() {
@@ -42,5 +49,7 @@ fn main() {
         Command::WalSync(args) => wal_sync::run(&args),
         Command::PaperFlexdb(args) => paper_flexdb::run(&args),
         Command::PaperWisckey(args) => paper_wisckey::run(&args),
+        Command::Compare(args) => flexkv_bench::compare::run(&args),
+        Command::CompareChild(args) => flexkv_bench::compare::child(&args),
     }
 }

@@ -5,6 +5,7 @@
 //! prints results as JSON (keys and values as escaped-text strings). Every error is one
 //! line on stderr and a non-zero exit status.
 
+mod bench;
 mod escape;
 mod transfer;
 
@@ -88,6 +89,9 @@ enum Command {
     Check,
     /// Run one value-log garbage collection pass now and report what it reclaimed.
     Gc,
+    /// Benchmark flexkv on a temporary database: db_bench workloads and YCSB A–F, with a
+    /// table on stdout and an SVG chart (ignores --db).
+    Bench(bench::BenchArgs),
 }
 
 /// A failure to report: one line, exit status 1.
@@ -305,6 +309,7 @@ fn run(cli: &Cli) -> CliResult {
             print_fields(out, fields, cli.json)?;
             db.close()?;
         }
+        Command::Bench(args) => bench::run(args)?,
         Command::Check => {
             let db = cli.open(false)?;
             let r = db.check()?;

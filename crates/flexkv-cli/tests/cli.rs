@@ -303,3 +303,55 @@ fn version_names_the_formats() {
         "{v}"
     );
 }
+
+#[test]
+fn bench_runs_the_suite_and_writes_the_table_chart_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let (chart, json) = (dir.path().join("c.svg"), dir.path().join("r.json"));
+    let out = stdout(
+        flexkv(&dir.path().join("unused"))
+            .args(["bench", "--pairs", "3000", "--ops", "500", "--sizes", "udb"])
+            .arg("--chart")
+            .arg(&chart)
+            .arg("--json-out")
+            .arg(&json)
+            .arg("--dir")
+            .arg(dir.path()),
+    );
+    assert!(out.contains("### 27+127 bytes, 1 thread, 3,000 pairs"), "{out}");
+    for w in ["fillseq", "readmissing", "deleterandom", "ycsb-a", "ycsb-e"] {
+        assert!(out.contains(&format!("| {w} | ")), "{w} missing from {out}");
+    }
+    assert!(std::fs::read_to_string(&chart).unwrap().starts_with("<svg"));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["runs"][0]["phases"].as_array().unwrap().len(), 14);
+    assert!(!dir.path().join("unused").exists(), "bench ignores --db");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 2, "only the chart and the JSON are left");
+}
+
+#[test]
+fn bench_refuses_bad_options_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    fails(flexkv(&db).args(["bench", "--sizes", "16x100"]), "bad sizes");
+    fails(
+        flexkv(&db).args(["bench", "--workloads", "fillsomething"]),
+        "unknown workload",
+    );
+    fails(
+        flexkv(&db).args(["bench", "--sizes", "8+100"]),
+        "at least 16 bytes",
+    );
+    fails(
+        flexkv(&db).args(["bench", "--threads", "0"]),
+        "at least 1",
+    );
+    fails(
+        flexkv(&db)
+            .args(["bench", "--pairs", "100", "--dir"])
+            .arg(dir.path().join("missing")),
+        "cannot make a database",
+    );
+}

@@ -1,0 +1,66 @@
+//! flexkv through its public API: `Buffered` write batches, `Db::sync` at phase end.
+
+use std::path::Path;
+
+use flexkv::{Db, Durability, Keyspace, WriteBatch};
+
+use super::{text, Engine, EngineConfig, EngineResult, Op};
+
+struct Flexkv {
+    db: Db,
+    ks: Keyspace,
+}
+
+pub(super) fn open(dir: &Path, config: &EngineConfig) -> EngineResult<Box<dyn Engine>> {
+    let db = Db::builder(dir)
+        .cache_bytes(config.cache_bytes as usize)
+        .memtable_size(config.write_buffer_bytes as usize)
+        .open()
+        .map_err(text)?;
+    let ks = db.default_keyspace();
+    Ok(Box::new(Flexkv { db, ks }))
+}
+
+impl Engine for Flexkv {
+    fn write(&self, ops: &[Op<'_>]) -> EngineResult {
+        let mut batch = WriteBatch::new();
+        batch.durability(Durability::Buffered);
+        for op in ops {
+            match op {
+                Op::Put(k, v) => batch.put(&self.ks, k, v).map_err(text)?,
+                Op::Delete(k) => batch.delete(&self.ks, k).map_err(text)?,
+            };
+        }
+        self.db.write(batch).map(|_| ()).map_err(text)
+    }
+
+    fn get(&self, key: &[u8], out: &mut Vec<u8>) -> EngineResult<bool> {
+        match self.ks.get(key).map_err(text)? {
+            Some(v) => {
+                *out = v;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn scan(&self, start: &[u8], n: usize) -> EngineResult<usize> {
+        let mut read = 0;
+        for item in self.ks.range(start..).take(n) {
+            let (k, v) = item.map_err(text)?;
+            std::hint::black_box((k.len(), v.last()));
+            read += 1;
+        }
+        Ok(read)
+    }
+
+    fn sync(&self) -> EngineResult {
+        self.db.sync().map_err(text)
+    }
+
+    fn close(self: Box<Self>) -> EngineResult {
+        let Flexkv { db, ks } = *self;
+        drop(ks);
+        db.close().map_err(text)
+    }
+}

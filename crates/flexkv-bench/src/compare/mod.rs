@@ -1,0 +1,331 @@
+//! The side-by-side harness: the same workloads (db_bench's and YCSB A–F) against flexkv
+//! and, when built with their features, RocksDB, LMDB, redb, fjall and sled.
+//!
+//! Each engine runs in a child process of its own (this binary, `compare-child`), so its
+//! memory, its threads' writes (`/proc/self/io`) and its peak RSS are measured apart. The
+//! parent collects each child's JSON, then prints a markdown table, writes a JSON file and
+//! an SVG chart, with flexkv's throughput over the best other engine's on every workload.
+
+pub mod engines;
+pub mod gen;
+pub mod probe;
+pub mod report;
+pub mod run;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub use engines::{Engine, EngineConfig, EngineKind, Op};
+pub use report::{EngineRun, Report};
+pub use run::{run_suite, PhaseResult, Progress, Spec, Workload};
+
+/// Key and value sizes: `K+V`, or one of the size profiles of the RocksDB workload study
+/// (Cao et al., FAST '20) that FlexDB's paper uses: `udb` 27+127, `zippydb` 48+43,
+/// `sys` 28+396.
+pub fn parse_sizes(s: &str) -> Result<(usize, usize), String> {
+    match s.trim() {
+        "udb" => Ok((27, 127)),
+        "zippydb" => Ok((48, 43)),
+        "sys" => Ok((28, 396)),
+        other => {
+            let bad =
+                || format!("bad sizes {other:?}: want K+V (e.g. 16+100), udb, zippydb or sys");
+            let (k, v) = other.split_once('+').ok_or_else(bad)?;
+            Ok((k.parse().map_err(|_| bad())?, v.parse().map_err(|_| bad())?))
+        }
+    }
+}
+
+fn parse_list<T>(s: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(f)
+        .collect()
+}
+
+/// Options of `flexkv-bench compare`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Engines to run, comma-separated (default: every engine this build has).
+    #[arg(long)]
+    pub engines: Option<String>,
+    /// Key+value sizes, comma-separated: `16+100`, `udb`, `zippydb`, `sys`.
+    #[arg(long, default_value = "16+100")]
+    pub sizes: String,
+    /// Thread counts, comma-separated.
+    #[arg(long, default_value = "1")]
+    pub threads: String,
+    /// Records to load, comma-separated (e.g. `1000000,10000000`).
+    #[arg(long, default_value = "1000000")]
+    pub pairs: String,
+    /// Multiplies every `--pairs` figure.
+    #[arg(long, default_value_t = 1)]
+    pub scale: u64,
+    /// Operations of each workload that does not load (default: min(pairs, 1,000,000)).
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Workloads, comma-separated: db_bench names, `ycsb-a`…`ycsb-f`, or `all`,
+    /// `dbbench`, `ycsb`.
+    #[arg(long, default_value = "all")]
+    pub workloads: String,
+    /// Writes per batch when loading, overwriting and deleting.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+    /// Cache budget of every engine, MiB.
+    #[arg(long, default_value_t = 256)]
+    pub cache_mib: u64,
+    /// Write buffer (memtable) of every engine that has one, MiB.
+    #[arg(long, default_value_t = 64)]
+    pub write_buffer_mib: u64,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Where the databases go (a temporary directory under it, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Where `compare.json`, `compare.md` and `compare.svg` are written.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+}
+
+/// Options of the hidden `compare-child` command: one engine, one spec.
+#[derive(clap::Args, Debug)]
+pub struct ChildArgs {
+    /// The engine.
+    #[arg(long)]
+    pub engine: String,
+    /// The spec, as JSON.
+    #[arg(long)]
+    pub spec: String,
+    /// An empty directory for the databases.
+    #[arg(long)]
+    pub dir: PathBuf,
+}
+
+/// Progress as one line on stderr per phase.
+pub struct LineProgress {
+    /// Printed before each line.
+    pub prefix: String,
+}
+
+impl Progress for LineProgress {
+    fn start(&self, _workload: &str, _total: u64) {}
+
+    fn advance(&self, _n: u64) {}
+
+    fn finish(&self, r: &PhaseResult) {
+        eprintln!(
+            "{} {:<12} {:>12} ops/s  p99 {:>9.1} µs  WA {:>5}  RSS {:>5.0} MiB",
+            self.prefix,
+            r.workload,
+            report::thousands(r.ops_per_sec as u64),
+            r.p99_us,
+            r.write_amp.map_or("–".into(), |w| format!("{w:.2}")),
+            r.peak_rss_mib
+        );
+    }
+}
+
+fn fail(msg: impl std::fmt::Display) -> ! {
+    eprintln!("flexkv-bench: error: {msg}");
+    std::process::exit(1)
+}
+
+/// `compare-child`: runs the spec against one engine and prints an [`EngineRun`] as JSON.
+pub fn child(args: &ChildArgs) {
+    let kind = EngineKind::parse(&args.engine).unwrap_or_else(|e| fail(e));
+    let spec: Spec = serde_json::from_str(&args.spec).unwrap_or_else(|e| fail(e));
+    let progress = LineProgress {
+        prefix: format!("  {:<8}", kind.name()),
+    };
+    let (phases, error) = match run_suite(kind, &spec, &args.dir, &progress) {
+        Ok(p) => (p, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    let run = EngineRun {
+        engine: kind.name().into(),
+        key_len: spec.key_len,
+        value_len: spec.value_len,
+        threads: spec.threads,
+        pairs: spec.pairs,
+        ops: spec.ops,
+        configuration: kind.configuration(&spec.config),
+        phases,
+        error,
+    };
+    println!(
+        "{}",
+        serde_json::to_string(&run).unwrap_or_else(|e| fail(e))
+    );
+}
+
+fn run_child(kind: EngineKind, spec: &Spec, base: &Path) -> EngineRun {
+    let failed = |error: String| EngineRun {
+        engine: kind.name().into(),
+        key_len: spec.key_len,
+        value_len: spec.value_len,
+        threads: spec.threads,
+        pairs: spec.pairs,
+        ops: spec.ops,
+        configuration: kind.configuration(&spec.config),
+        phases: Vec::new(),
+        error: Some(error),
+    };
+    let dir = match tempfile::Builder::new()
+        .prefix(&format!("{}-", kind.name()))
+        .tempdir_in(base)
+    {
+        Ok(d) => d,
+        Err(e) => return failed(format!("cannot make a data directory: {e}")),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return failed(format!("cannot find this program: {e}")),
+    };
+    let spec_json = serde_json::to_string(spec).unwrap_or_else(|e| fail(e));
+    let output = Command::new(exe)
+        .args([
+            "compare-child",
+            "--engine",
+            kind.name(),
+            "--spec",
+            &spec_json,
+            "--dir",
+        ])
+        .arg(dir.path())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output();
+    match output {
+        Err(e) => failed(format!("cannot start the child process: {e}")),
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            match text.lines().last().map(serde_json::from_str::<EngineRun>) {
+                Some(Ok(run)) => run,
+                _ => failed(format!("the child process ended with {}", out.status)),
+            }
+        }
+    }
+}
+
+/// `compare`: runs every engine × size × threads × pairs setting and reports.
+pub fn run(args: &Args) {
+    let engines: Vec<EngineKind> = match &args.engines {
+        Some(list) => parse_list(list, EngineKind::parse).unwrap_or_else(|e| fail(e)),
+        None => EngineKind::ALL
+            .into_iter()
+            .filter(|k| k.available())
+            .collect(),
+    };
+    if let Some(missing) = engines.iter().find(|k| !k.available()) {
+        fail(format!(
+            "{} is not in this build: rebuild with `--features {}` (or `all-engines`)",
+            missing.name(),
+            if *missing == EngineKind::Lmdb {
+                "lmdb"
+            } else {
+                missing.name()
+            }
+        ));
+    }
+    let sizes = parse_list(&args.sizes, parse_sizes).unwrap_or_else(|e| fail(e));
+    let threads = parse_list(&args.threads, |s| {
+        s.parse::<usize>().map_err(|e| e.to_string())
+    })
+    .unwrap_or_else(|e| fail(format!("--threads: {e}")));
+    let pairs = parse_list(&args.pairs, |s| s.parse::<u64>().map_err(|e| e.to_string()))
+        .unwrap_or_else(|e| fail(format!("--pairs: {e}")));
+    let workloads = Workload::parse_list(&args.workloads).unwrap_or_else(|e| fail(e));
+    let config = EngineConfig {
+        cache_bytes: args.cache_mib << 20,
+        write_buffer_bytes: args.write_buffer_mib << 20,
+    };
+    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    eprintln!("{command}");
+    let mut report = Report {
+        command,
+        config,
+        runs: Vec::new(),
+    };
+    for &n in &pairs {
+        let n = n.saturating_mul(args.scale);
+        for &(key_len, value_len) in &sizes {
+            for &t in &threads {
+                let spec = Spec {
+                    pairs: n,
+                    ops: args.ops.unwrap_or(n.min(1_000_000)),
+                    key_len,
+                    value_len,
+                    threads: t,
+                    batch: args.batch,
+                    workloads: workloads.clone(),
+                    config,
+                    seed: args.seed,
+                };
+                spec.validate().unwrap_or_else(|e| fail(e));
+                eprintln!("{key_len}+{value_len} bytes, {t} threads, {n} pairs:");
+                for &kind in &engines {
+                    let run = run_child(kind, &spec, &base);
+                    if let Some(e) = &run.error {
+                        eprintln!("  {:<8} stopped: {e}", kind.name());
+                    }
+                    report.runs.push(run);
+                }
+            }
+        }
+    }
+    let md = report::markdown(&report);
+    let conf = report::configurations(&report);
+    println!("{md}\nConfiguration (compression off everywhere; same cache budget):\n{conf}");
+    write_outputs(&args.out, &report, &md, &conf);
+}
+
+fn write_outputs(out: &Path, report: &Report, md: &str, conf: &str) {
+    let write = |name: &str, text: &str| {
+        let path = out.join(name);
+        let res = std::fs::create_dir_all(out)
+            .and_then(|()| std::fs::File::create(&path))
+            .and_then(|mut f| f.write_all(text.as_bytes()));
+        match res {
+            Ok(()) => eprintln!("wrote {}", path.display()),
+            Err(e) => fail(format!("cannot write {}: {e}", path.display())),
+        }
+    };
+    let json = serde_json::to_string_pretty(report).unwrap_or_else(|e| fail(e));
+    write("compare.json", &json);
+    write(
+        "compare.md",
+        &format!("`{}`\n\n{md}\nConfiguration:\n\n{conf}", report.command),
+    );
+    write("compare.svg", &report::svg(report));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_profiles() {
+        assert_eq!(parse_sizes("16+100"), Ok((16, 100)));
+        assert_eq!(parse_sizes("udb"), Ok((27, 127)));
+        assert_eq!(parse_sizes("zippydb"), Ok((48, 43)));
+        assert_eq!(parse_sizes("sys"), Ok((28, 396)));
+        assert!(parse_sizes("16x100").is_err());
+        assert!(parse_sizes("a+1").is_err());
+    }
+
+    #[test]
+    fn workload_lists() {
+        assert_eq!(Workload::parse_list("all").unwrap().len(), 14);
+        assert_eq!(Workload::parse_list("dbbench").unwrap().len(), 7);
+        assert_eq!(
+            Workload::parse_list("ycsb-a, fillrandom").unwrap(),
+            vec![Workload::FillRandom, Workload::YcsbA]
+        );
+        assert!(Workload::parse_list("fill").is_err());
+        assert!(Workload::parse_list("").is_err());
+    }
+}
