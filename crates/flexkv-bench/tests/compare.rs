@@ -62,13 +62,19 @@ fn every_workload_runs_and_is_measured() {
         // D and E insert 5% of their operations: the live bytes grow by about that.
         let e = get("ycsb-e");
         let inserted = e.live_bytes / pair - 3000;
-        assert!((20..=120).contains(&inserted), "{inserted} inserts of 1,200 ops");
+        assert!(
+            (20..=120).contains(&inserted),
+            "{inserted} inserts of 1,200 ops"
+        );
         for p in &phases {
             assert!(p.ops > 0 && p.ops_per_sec > 0.0, "{p:?}");
             assert!(p.p50_us > 0.0 && p.p50_us <= p.p99_us && p.p99_us <= p.p999_us);
             assert!(p.peak_rss_mib > 1.0, "{p:?}");
         }
-        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "databases removed");
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+            "databases removed"
+        );
     }
 }
 
@@ -111,8 +117,14 @@ fn compare_runs_each_engine_in_a_child_and_writes_its_outputs() {
         .unwrap();
     assert!(status.status.success(), "{status:?}");
     let stdout = String::from_utf8(status.stdout).unwrap();
-    assert!(stdout.contains("### 16+100 bytes, 1 thread, 2,000 pairs"), "{stdout}");
-    assert!(stdout.contains("### 48+43 bytes, 1 thread, 2,000 pairs"), "{stdout}");
+    assert!(
+        stdout.contains("### 16+100 bytes, 1 thread, 2,000 pairs"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("### 48+43 bytes, 1 thread, 2,000 pairs"),
+        "{stdout}"
+    );
     assert!(stdout.contains("- flexkv: Buffered batches"), "{stdout}");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap();
@@ -157,5 +169,7 @@ fn compare_refuses_engines_it_was_not_built_with() {
         .args(["compare", "--engines", "leveldb"])
         .output()
         .unwrap();
-    assert!(String::from_utf8(out.stderr).unwrap().contains("unknown engine \"leveldb\""));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("unknown engine \"leveldb\""));
 }

@@ -318,7 +318,10 @@ fn bench_runs_the_suite_and_writes_the_table_chart_and_json() {
             .arg("--dir")
             .arg(dir.path()),
     );
-    assert!(out.contains("### 27+127 bytes, 1 thread, 3,000 pairs"), "{out}");
+    assert!(
+        out.contains("### 27+127 bytes, 1 thread, 3,000 pairs"),
+        "{out}"
+    );
     for w in ["fillseq", "readmissing", "deleterandom", "ycsb-a", "ycsb-e"] {
         assert!(out.contains(&format!("| {w} | ")), "{w} missing from {out}");
     }
@@ -335,7 +338,10 @@ fn bench_runs_the_suite_and_writes_the_table_chart_and_json() {
 fn bench_refuses_bad_options_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    fails(flexkv(&db).args(["bench", "--sizes", "16x100"]), "bad sizes");
+    fails(
+        flexkv(&db).args(["bench", "--sizes", "16x100"]),
+        "bad sizes",
+    );
     fails(
         flexkv(&db).args(["bench", "--workloads", "fillsomething"]),
         "unknown workload",
@@ -344,10 +350,7 @@ fn bench_refuses_bad_options_in_one_line() {
         flexkv(&db).args(["bench", "--sizes", "8+100"]),
         "at least 16 bytes",
     );
-    fails(
-        flexkv(&db).args(["bench", "--threads", "0"]),
-        "at least 1",
-    );
+    fails(flexkv(&db).args(["bench", "--threads", "0"]), "at least 1");
     fails(
         flexkv(&db)
             .args(["bench", "--pairs", "100", "--dir"])

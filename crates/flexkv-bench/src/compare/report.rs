@@ -433,7 +433,11 @@ mod tests {
             ),
             "{svg}"
         );
-        assert_eq!(svg.matches("<title>").count(), 5, "one bar per engine and workload run");
+        assert_eq!(
+            svg.matches("<title>").count(),
+            5,
+            "one bar per engine and workload run"
+        );
     }
 
     #[test]

@@ -120,7 +120,20 @@ impl Workload {
         Ok(Self::ALL.into_iter().filter(|w| out.contains(w)).collect())
     }
 
+    /// Whether the phase writes (and so ends with a sync).
     fn writes(self) -> bool {
+        self.batched()
+            || !matches!(
+                self,
+                Workload::ReadRandom
+                    | Workload::ReadMissing
+                    | Workload::SeekRandom
+                    | Workload::YcsbC
+            )
+    }
+
+    /// Whether the phase writes in batches (its latency samples are batches).
+    fn batched(self) -> bool {
         matches!(
             self,
             Workload::FillSeq
@@ -357,7 +370,7 @@ impl Runner<'_> {
             ops: tally.ops,
             secs,
             ops_per_sec: tally.ops as f64 / secs.max(1e-9),
-            latency_unit: if workload.writes() { "batch" } else { "op" }.to_string(),
+            latency_unit: if workload.batched() { "batch" } else { "op" }.to_string(),
             p50_us: tally.hist.quantile_us(0.50),
             p99_us: tally.hist.quantile_us(0.99),
             p999_us: tally.hist.quantile_us(0.999),

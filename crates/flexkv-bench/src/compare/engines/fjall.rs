@@ -15,11 +15,12 @@ struct Fjall {
 pub(super) fn open(dir: &Path, config: &EngineConfig) -> EngineResult<Box<dyn Engine>> {
     let db = Database::builder(dir)
         .cache_size(config.cache_bytes)
-        .max_write_buffer_size(Some(config.write_buffer_bytes))
         .open()
         .map_err(text)?;
     let ks = db
-        .keyspace("bench", KeyspaceCreateOptions::default)
+        .keyspace("bench", || {
+            KeyspaceCreateOptions::default().max_memtable_size(config.write_buffer_bytes)
+        })
         .map_err(text)?;
     Ok(Box::new(Fjall { db, ks }))
 }

@@ -5,13 +5,15 @@ use std::ops::Bound;
 use std::path::Path;
 
 use heed::types::Bytes;
-use heed::{Database, Env, EnvFlags, EnvOpenOptions};
+use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions};
 
 use super::{text, Engine, EngineConfig, EngineResult, Op};
 
+/// heed ties a database handle to its environment's lifetime; a benchmark child opens a
+/// few environments and exits, so each one is leaked to make that lifetime `'static`.
 struct Lmdb {
-    env: Env,
-    db: Database<Bytes, Bytes>,
+    env: &'static Env,
+    db: Database<'static, Bytes, Bytes>,
 }
 
 const MAP_SIZE: usize = 64 << 30;
@@ -28,9 +30,15 @@ pub(super) fn open(dir: &Path, _config: &EngineConfig) -> EngineResult<Box<dyn E
         opts.open(dir)
     }
     .map_err(text)?;
-    let mut tx = env.write_txn().map_err(text)?;
-    let db: Database<Bytes, Bytes> = env.create_database(&mut tx, None).map_err(text)?;
-    tx.commit().map_err(text)?;
+    let env: &'static Env = Box::leak(Box::new(env));
+    let tx = env.write_txn().map_err(text)?;
+    let db = env
+        .create_databases_and_commit(tx, |opener, tx| -> heed::Result<_> {
+            let db = opener.create_database::<Bytes, Bytes>(tx, None)?;
+            Ok(CommitOrAbort::<_, ()>::Commit(db))
+        })
+        .map_err(text)?
+        .unwrap_commit();
     Ok(Box::new(Lmdb { env, db }))
 }
 
@@ -77,9 +85,6 @@ impl Engine for Lmdb {
     }
 
     fn close(self: Box<Self>) -> EngineResult {
-        self.env.force_sync().map_err(text)?;
-        let Lmdb { env, db: _ } = *self;
-        env.prepare_for_closing().wait();
-        Ok(())
+        self.env.force_sync().map_err(text)
     }
 }

@@ -143,7 +143,7 @@ impl EngineKind {
             ),
             EngineKind::Fjall => format!(
                 "journal written without fsync, persist(SyncAll) at phase end; cache {cache} MiB, \
-                 write buffer {wb} MiB, compression none (lz4 feature off)"
+                 memtable {wb} MiB, compression none (lz4 feature off)"
             ),
             EngineKind::Sled => format!(
                 "flush_every_ms off, flush() at phase end; cache {cache} MiB, compression off"
@@ -151,8 +151,9 @@ impl EngineKind {
         }
     }
 
-    /// Opens (creating) the engine in the empty directory `dir`.
+    /// Opens (creating) the engine in the directory `dir`, made if missing and empty.
     pub fn open(self, dir: &Path, config: &EngineConfig) -> EngineResult<Box<dyn Engine>> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
         match self {
             EngineKind::Flexkv => flexkv::open(dir, config),
             #[cfg(feature = "rocksdb")]
