@@ -231,7 +231,7 @@ pub fn svg(report: &Report) -> String {
     let plot = WIDTH - LABEL - 130.0;
     let groups = group(&report.runs);
     let mut body = String::new();
-    let mut y = 40.0;
+    let mut y = 62.0;
     for (setting, runs) in &groups {
         let _ = writeln!(
             body,
@@ -294,10 +294,10 @@ pub fn svg(report: &Report) -> String {
         e
     };
     for (i, e) in engines.iter().enumerate() {
-        let x = LABEL + i as f64 * 100.0;
+        let x = 10.0 + i as f64 * 100.0;
         let _ = writeln!(
             legend,
-            r#"<rect x="{x}" y="8" width="12" height="12" fill="{}"/><text x="{:.0}" y="19" font-size="12">{}</text>"#,
+            r#"<rect x="{x}" y="28" width="12" height="12" fill="{}"/><text x="{:.0}" y="39" font-size="12">{}</text>"#,
             color(e),
             x + 16.0,
             escape(e)
