@@ -120,15 +120,8 @@ pub fn run(args: &BenchArgs) -> CliResult {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         config,
         runs: vec![compare::EngineRun {
-            engine: kind.name().into(),
-            key_len,
-            value_len,
-            threads: spec.threads,
-            pairs: spec.pairs,
-            ops: spec.ops,
-            configuration: kind.configuration(&config),
             phases,
-            error: None,
+            ..compare::EngineRun::new(kind, &spec)
         }],
     };
     println!("{}", report::markdown(&report));

@@ -140,38 +140,38 @@ pub fn child(args: &ChildArgs) {
     let progress = LineProgress {
         prefix: format!("  {:<8}", kind.name()),
     };
-    let (phases, error) = match run_suite(kind, &spec, &args.dir, &progress) {
-        Ok(p) => (p, None),
-        Err(e) => (Vec::new(), Some(e)),
-    };
-    let run = EngineRun {
-        engine: kind.name().into(),
-        key_len: spec.key_len,
-        value_len: spec.value_len,
-        threads: spec.threads,
-        pairs: spec.pairs,
-        ops: spec.ops,
-        configuration: kind.configuration(&spec.config),
-        phases,
-        error,
-    };
+    let mut run = EngineRun::new(kind, &spec);
+    match run_suite(kind, &spec, &args.dir, &progress) {
+        Ok(phases) => run.phases = phases,
+        Err(e) => run.error = Some(e),
+    }
     println!(
         "{}",
         serde_json::to_string(&run).unwrap_or_else(|e| fail(e))
     );
 }
 
+impl EngineRun {
+    /// A run of `spec` on `kind` with no phases yet.
+    pub fn new(kind: EngineKind, spec: &Spec) -> EngineRun {
+        EngineRun {
+            engine: kind.name().into(),
+            key_len: spec.key_len,
+            value_len: spec.value_len,
+            threads: spec.threads,
+            pairs: spec.pairs,
+            ops: spec.ops,
+            configuration: kind.configuration(&spec.config),
+            phases: Vec::new(),
+            error: None,
+        }
+    }
+}
+
 fn run_child(kind: EngineKind, spec: &Spec, base: &Path) -> EngineRun {
     let failed = |error: String| EngineRun {
-        engine: kind.name().into(),
-        key_len: spec.key_len,
-        value_len: spec.value_len,
-        threads: spec.threads,
-        pairs: spec.pairs,
-        ops: spec.ops,
-        configuration: kind.configuration(&spec.config),
-        phases: Vec::new(),
         error: Some(error),
+        ..EngineRun::new(kind, spec)
     };
     let dir = match tempfile::Builder::new()
         .prefix(&format!("{}-", kind.name()))

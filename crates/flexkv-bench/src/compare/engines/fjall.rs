@@ -5,7 +5,7 @@ use std::path::Path;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
-use super::{text, Engine, EngineConfig, EngineResult, Op};
+use super::{copy_out, text, Engine, EngineConfig, EngineResult, Op};
 
 struct Fjall {
     db: Database,
@@ -38,14 +38,7 @@ impl Engine for Fjall {
     }
 
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> EngineResult<bool> {
-        match self.ks.get(key).map_err(text)? {
-            Some(v) => {
-                out.clear();
-                out.extend_from_slice(&v);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(copy_out(self.ks.get(key).map_err(text)?, out))
     }
 
     fn scan(&self, start: &[u8], n: usize) -> EngineResult<usize> {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use flexkv::{Db, Durability, Keyspace, WriteBatch};
 
-use super::{text, Engine, EngineConfig, EngineResult, Op};
+use super::{copy_out, text, Engine, EngineConfig, EngineResult, Op};
 
 struct Flexkv {
     db: Db,
@@ -35,13 +35,7 @@ impl Engine for Flexkv {
     }
 
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> EngineResult<bool> {
-        match self.ks.get(key).map_err(text)? {
-            Some(v) => {
-                *out = v;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(copy_out(self.ks.get(key).map_err(text)?, out))
     }
 
     fn scan(&self, start: &[u8], n: usize) -> EngineResult<usize> {

@@ -183,6 +183,14 @@ impl EngineKind {
     }
 }
 
+/// Copies a found value into `out`; whether it was found.
+pub(crate) fn copy_out(value: Option<impl AsRef<[u8]>>, out: &mut Vec<u8>) -> bool {
+    let Some(v) = value else { return false };
+    out.clear();
+    out.extend_from_slice(v.as_ref());
+    true
+}
+
 /// Turns any engine's error into text.
 pub(crate) fn text<E: std::fmt::Display>(e: E) -> String {
     e.to_string()

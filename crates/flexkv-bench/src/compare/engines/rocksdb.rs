@@ -5,7 +5,7 @@ use std::path::Path;
 
 use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, WriteBatch, WriteOptions, DB};
 
-use super::{text, Engine, EngineConfig, EngineResult, Op};
+use super::{copy_out, text, Engine, EngineConfig, EngineResult, Op};
 
 struct Rocks {
     db: DB,
@@ -41,14 +41,7 @@ impl Engine for Rocks {
     }
 
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> EngineResult<bool> {
-        match self.db.get_pinned(key).map_err(text)? {
-            Some(v) => {
-                out.clear();
-                out.extend_from_slice(&v);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(copy_out(self.db.get_pinned(key).map_err(text)?, out))
     }
 
     fn scan(&self, start: &[u8], n: usize) -> EngineResult<usize> {

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{text, Engine, EngineConfig, EngineResult, Op};
+use super::{copy_out, text, Engine, EngineConfig, EngineResult, Op};
 
 struct Sled {
     db: sled::Db,
@@ -31,14 +31,7 @@ impl Engine for Sled {
     }
 
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> EngineResult<bool> {
-        match self.db.get(key).map_err(text)? {
-            Some(v) => {
-                out.clear();
-                out.extend_from_slice(&v);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(copy_out(self.db.get(key).map_err(text)?, out))
     }
 
     fn scan(&self, start: &[u8], n: usize) -> EngineResult<usize> {
