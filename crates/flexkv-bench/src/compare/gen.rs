@@ -146,17 +146,17 @@ impl Zipf {
 }
 
 /// How a YCSB workload picks the record an operation touches.
-pub enum Chooser {
+pub enum Chooser<'a> {
     /// Every record equally likely.
     Uniform,
     /// Zipfian popularity, with the popular items scattered over the records (YCSB's
     /// "scrambled Zipfian").
-    ScrambledZipfian(Zipf),
+    ScrambledZipfian(&'a Zipf),
     /// Zipfian over recency: the newest record is the most popular (YCSB's "latest").
-    Latest(Zipf),
+    Latest(&'a Zipf),
 }
 
-impl Chooser {
+impl Chooser<'_> {
     /// A record in `[0, records)`, where `records` counts the inserts so far.
     pub fn pick(&self, rng: &mut SmallRng, records: u64) -> u64 {
         match self {
@@ -291,7 +291,8 @@ mod tests {
     #[test]
     fn latest_favours_the_newest_records() {
         let mut rng = SmallRng::seed_from_u64(2);
-        let c = Chooser::Latest(Zipf::new(10_000, Zipf::THETA));
+        let z = Zipf::new(10_000, Zipf::THETA);
+        let c = Chooser::Latest(&z);
         let newest = (0..10_000)
             .filter(|_| c.pick(&mut rng, 10_000) >= 9_990)
             .count();

@@ -219,16 +219,8 @@ pub fn run(args: &Args) {
             .filter(|k| k.available())
             .collect(),
     };
-    if let Some(missing) = engines.iter().find(|k| !k.available()) {
-        fail(format!(
-            "{} is not in this build: rebuild with `--features {}` (or `all-engines`)",
-            missing.name(),
-            if *missing == EngineKind::Lmdb {
-                "lmdb"
-            } else {
-                missing.name()
-            }
-        ));
+    if let Err(e) = engines.iter().try_for_each(|k| k.require()) {
+        fail(e);
     }
     let sizes = parse_list(&args.sizes, parse_sizes).unwrap_or_else(|e| fail(e));
     let threads = parse_list(&args.threads, |s| {

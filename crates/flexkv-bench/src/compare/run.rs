@@ -255,13 +255,53 @@ impl Tally {
 
 const PROGRESS_EVERY: u64 = 1024;
 
+/// Thread `t`'s share of `total` operations split over `threads`.
+fn share(total: u64, threads: u64, t: usize) -> u64 {
+    total / threads + u64::from((t as u64) < total % threads)
+}
+
+/// Writes one batch, timing it as one latency sample.
+fn write_batch(
+    engine: &dyn Engine,
+    ops: &[Op<'_>],
+    user_bytes: u64,
+    tally: &mut Tally,
+    progress: &dyn Progress,
+) -> EngineResult {
+    let t0 = Instant::now();
+    engine.write(ops)?;
+    tally.hist.record(t0.elapsed().as_nanos() as u64);
+    tally.ops += ops.len() as u64;
+    tally.user_bytes += user_bytes;
+    progress.advance(ops.len() as u64);
+    Ok(())
+}
+
+/// Runs `op` `count` times, timing each as one latency sample.
+fn timed_ops(
+    count: u64,
+    tally: &mut Tally,
+    progress: &dyn Progress,
+    mut op: impl FnMut(&mut Tally) -> EngineResult,
+) -> EngineResult {
+    for i in 0..count {
+        let t0 = Instant::now();
+        op(tally)?;
+        tally.hist.record(t0.elapsed().as_nanos() as u64);
+        tally.ops += 1;
+        if i % PROGRESS_EVERY == PROGRESS_EVERY - 1 {
+            progress.advance(PROGRESS_EVERY);
+        }
+    }
+    progress.advance(count % PROGRESS_EVERY);
+    Ok(())
+}
+
 struct Runner<'a> {
     spec: &'a Spec,
     values: Values,
     progress: &'a dyn Progress,
     results: Vec<PhaseResult>,
-    /// Live records of the database being measured.
-    live: u64,
 }
 
 /// Runs `spec` against `kind` in the empty directory `dir`.
@@ -278,60 +318,71 @@ pub fn run_suite(
         values: Values::new(spec.value_len, &mut rng),
         progress,
         results: Vec::new(),
-        live: 0,
     };
     let wants = |w: Workload| spec.workloads.contains(&w);
+    // Each group of phases gets a database of its own, removed afterwards.
+    let database =
+        |name: &str,
+         r: &mut Runner<'_>,
+         f: &dyn Fn(&mut Runner<'_>, &dyn Engine, &Path) -> EngineResult| {
+            let sub = dir.join(name);
+            let engine = kind.open(&sub, &spec.config)?;
+            f(r, &*engine, &sub)?;
+            engine.close()?;
+            std::fs::remove_dir_all(&sub).map_err(|e| e.to_string())
+        };
     if wants(Workload::FillSeq) {
-        let sub = dir.join("fillseq");
-        let engine = kind.open(&sub, &spec.config)?;
-        r.live = 0;
-        r.fill(&*engine, &sub, Workload::FillSeq)?;
-        engine.close()?;
-        std::fs::remove_dir_all(&sub).map_err(|e| e.to_string())?;
+        database("fillseq", &mut r, &|r, engine, sub| {
+            r.fill(engine, sub, Workload::FillSeq)
+        })?;
     }
     let dbbench = &Workload::ALL[1..7];
     if dbbench.iter().any(|&w| wants(w)) {
-        let sub = dir.join("dbbench");
-        let engine = kind.open(&sub, &spec.config)?;
-        r.live = 0;
-        r.fill(&*engine, &sub, Workload::FillRandom)?;
-        for &w in &dbbench[1..] {
-            if wants(w) {
-                r.phase(&*engine, &sub, w)?;
+        database("dbbench", &mut r, &|r, engine, sub| {
+            r.fill(engine, sub, Workload::FillRandom)?;
+            for &w in dbbench[1..].iter().filter(|&&w| wants(w)) {
+                r.phase(engine, sub, w)?;
             }
-        }
-        engine.close()?;
-        std::fs::remove_dir_all(&sub).map_err(|e| e.to_string())?;
+            Ok(())
+        })?;
     }
     if Workload::ALL.iter().any(|&w| w.is_ycsb() && wants(w)) {
-        let sub = dir.join("ycsb");
-        let engine = kind.open(&sub, &spec.config)?;
-        r.live = 0;
-        r.fill(&*engine, &sub, Workload::YcsbLoad)?;
-        let records = AtomicU64::new(spec.pairs);
-        for &w in &Workload::ALL[8..] {
-            if wants(w) {
-                r.ycsb(&*engine, &sub, w, &records)?;
+        // Zipf's constants take a pass over every record: computed once for all six.
+        let zipf = Zipf::new(spec.pairs, Zipf::THETA);
+        database("ycsb", &mut r, &|r, engine, sub| {
+            r.fill(engine, sub, Workload::YcsbLoad)?;
+            let records = AtomicU64::new(spec.pairs);
+            for &w in Workload::ALL[8..].iter().filter(|&&w| wants(w)) {
+                r.ycsb(engine, sub, w, &records, &zipf)?;
             }
-        }
-        engine.close()?;
-        std::fs::remove_dir_all(&sub).map_err(|e| e.to_string())?;
+            // D and E insert: their first and last records must be there (unmeasured).
+            let end = records.load(Ordering::Relaxed);
+            let (mut key, mut out) = (Vec::new(), Vec::new());
+            for j in [spec.pairs, end - 1]
+                .into_iter()
+                .filter(|&j| j >= spec.pairs && j < end)
+            {
+                record_key(&mut key, j, spec.key_len);
+                if !engine.get(&key, &mut out)? {
+                    return Err(format!("YCSB inserted record {j} is missing"));
+                }
+            }
+            Ok(())
+        })?;
     }
     Ok(r.results)
 }
 
 impl Runner<'_> {
-    fn pair_bytes(&self) -> u64 {
-        (self.spec.key_len + self.spec.value_len) as u64
-    }
-
-    /// Runs `work(thread, progress)` on every thread and measures the phase.
+    /// Runs `work(thread)` on every thread and measures the phase; `live_pairs` tells how
+    /// many records are live once it is done.
     fn measure<F>(
         &self,
         engine: &dyn Engine,
         dir: &Path,
         workload: Workload,
         total: u64,
+        live_pairs: &dyn Fn() -> u64,
         work: F,
     ) -> EngineResult<(Tally, PhaseResult)>
     where
@@ -363,7 +414,7 @@ impl Runner<'_> {
         let secs = start.elapsed().as_secs_f64();
         let device_bytes = probe::bytes_written().saturating_sub(written_before);
         let disk_bytes = probe::disk_bytes(dir);
-        let live_bytes = self.live * self.pair_bytes();
+        let live_bytes = live_pairs() * (self.spec.key_len + self.spec.value_len) as u64;
         let ratio = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
         let result = PhaseResult {
             workload: workload.name().to_string(),
@@ -390,14 +441,13 @@ impl Runner<'_> {
     fn fill(&mut self, engine: &dyn Engine, dir: &Path, workload: Workload) -> EngineResult {
         let spec = self.spec;
         let n = spec.pairs;
-        let progress = self.progress;
-        let values = &self.values;
+        let (progress, values) = (self.progress, &self.values);
+        let pair = (spec.key_len + spec.value_len) as u64;
         let work = |t: usize| -> EngineResult<Tally> {
             let mut tally = Tally::default();
             let mut keys: Vec<Vec<u8>> = Vec::with_capacity(spec.batch);
             let batches = n.div_ceil(spec.batch as u64);
-            let mut b = t as u64;
-            while b < batches {
+            for b in (t as u64..batches).step_by(spec.threads) {
                 let (from, to) = (b * spec.batch as u64, ((b + 1) * spec.batch as u64).min(n));
                 keys.resize_with((to - from) as usize, Vec::new);
                 for (slot, j) in keys.iter_mut().zip(from..to) {
@@ -412,18 +462,11 @@ impl Runner<'_> {
                     .zip(from..to)
                     .map(|(k, j)| Op::Put(k, values.get(j, 0)))
                     .collect();
-                let t0 = Instant::now();
-                engine.write(&ops)?;
-                tally.hist.record(t0.elapsed().as_nanos() as u64);
-                tally.ops += to - from;
-                tally.user_bytes += (to - from) * (spec.key_len + spec.value_len) as u64;
-                progress.advance(to - from);
-                b += spec.threads as u64;
+                write_batch(engine, &ops, (to - from) * pair, &mut tally, progress)?;
             }
             Ok(tally)
         };
-        self.live = n;
-        let (_, result) = self.measure(engine, dir, workload, n, work)?;
+        let (_, result) = self.measure(engine, dir, workload, n, &|| n, work)?;
         self.results.push(result);
         Ok(())
     }
@@ -432,36 +475,36 @@ impl Runner<'_> {
         let spec = self.spec;
         let n = spec.pairs;
         let threads = spec.threads as u64;
-        let progress = self.progress;
-        let values = &self.values;
+        let (progress, values) = (self.progress, &self.values);
         let pair = (spec.key_len + spec.value_len) as u64;
         let total = match workload {
             Workload::DeleteRandom => spec.ops.min(n / 2),
             _ => spec.ops,
         };
-        let share = |t: usize| total / threads + u64::from((t as u64) < total % threads);
         let seed = spec.seed ^ (workload as u64).rotate_left(32);
         let work = |t: usize| -> EngineResult<Tally> {
             let mut rng = SmallRng::seed_from_u64(seed ^ t as u64);
             let mut tally = Tally::default();
             let mut key = Vec::new();
             let mut out = Vec::new();
-            let mine = share(t);
+            let mine = share(total, threads, t);
             match workload {
                 Workload::Overwrite | Workload::DeleteRandom => {
+                    let overwrite = workload == Workload::Overwrite;
+                    // Deletes take records t, t + threads, …: distinct, in random key order.
+                    let mut deletes = (t as u64..).step_by(spec.threads);
                     let mut keys: Vec<Vec<u8>> = Vec::with_capacity(spec.batch);
+                    let mut js = Vec::with_capacity(spec.batch);
                     let mut done = 0;
-                    let mut next_delete = t as u64;
                     while done < mine {
                         let len = (mine - done).min(spec.batch as u64);
                         keys.resize_with(len as usize, Vec::new);
-                        let mut js = Vec::with_capacity(len as usize);
+                        js.clear();
                         for slot in keys.iter_mut() {
-                            let j = if workload == Workload::Overwrite {
+                            let j = if overwrite {
                                 rng.random_range(0..n)
                             } else {
-                                next_delete += threads;
-                                next_delete - threads
+                                deletes.next().unwrap_or_else(|| unreachable!("endless"))
                             };
                             record_key(slot, j, spec.key_len);
                             js.push(j);
@@ -469,58 +512,46 @@ impl Runner<'_> {
                         let ops: Vec<Op<'_>> = keys
                             .iter()
                             .zip(&js)
-                            .map(|(k, &j)| match workload {
-                                Workload::Overwrite => Op::Put(k, values.get(j, 1)),
-                                _ => Op::Delete(k),
+                            .map(|(k, &j)| {
+                                if overwrite {
+                                    Op::Put(k, values.get(j, 1))
+                                } else {
+                                    Op::Delete(k)
+                                }
                             })
                             .collect();
-                        let t0 = Instant::now();
-                        engine.write(&ops)?;
-                        tally.hist.record(t0.elapsed().as_nanos() as u64);
-                        tally.ops += len;
-                        tally.user_bytes += len
-                            * if workload == Workload::Overwrite {
-                                pair
-                            } else {
-                                spec.key_len as u64
-                            };
-                        progress.advance(len);
+                        let bytes = len * if overwrite { pair } else { spec.key_len as u64 };
+                        write_batch(engine, &ops, bytes, &mut tally, progress)?;
                         done += len;
                     }
                 }
-                _ => {
-                    for i in 0..mine {
-                        let t0 = Instant::now();
-                        match workload {
-                            Workload::ReadRandom | Workload::ReadMissing => {
-                                let j = rng.random_range(0..n)
-                                    + if workload == Workload::ReadMissing {
-                                        n
-                                    } else {
-                                        0
-                                    };
-                                record_key(&mut key, j, spec.key_len);
-                                tally.found += u64::from(engine.get(&key, &mut out)?);
-                            }
-                            _ => {
-                                record_key(&mut key, rng.random_range(0..n), spec.key_len);
-                                tally.found += engine.scan(&key, SEEK_SCAN)? as u64;
-                            }
-                        }
-                        tally.hist.record(t0.elapsed().as_nanos() as u64);
-                        tally.ops += 1;
-                        if i % PROGRESS_EVERY == PROGRESS_EVERY - 1 {
-                            progress.advance(PROGRESS_EVERY);
-                        }
-                    }
+                Workload::ReadRandom | Workload::ReadMissing => {
+                    // Records n..2n were never written.
+                    let base = if workload == Workload::ReadMissing {
+                        n
+                    } else {
+                        0
+                    };
+                    timed_ops(mine, &mut tally, progress, |tally| {
+                        record_key(&mut key, base + rng.random_range(0..n), spec.key_len);
+                        tally.found += u64::from(engine.get(&key, &mut out)?);
+                        Ok(())
+                    })?;
                 }
+                _ => timed_ops(mine, &mut tally, progress, |tally| {
+                    record_key(&mut key, rng.random_range(0..n), spec.key_len);
+                    tally.found += engine.scan(&key, SEEK_SCAN)? as u64;
+                    Ok(())
+                })?,
             }
             Ok(tally)
         };
-        if workload == Workload::DeleteRandom {
-            self.live = n - total;
-        }
-        let (tally, result) = self.measure(engine, dir, workload, total, work)?;
+        let live = if workload == Workload::DeleteRandom {
+            n - total
+        } else {
+            n
+        };
+        let (tally, result) = self.measure(engine, dir, workload, total, &|| live, work)?;
         self.results.push(result);
         // The key set is known, so a wrong answer is a bug in the engine or the harness.
         let expect_found = match workload {
@@ -545,14 +576,13 @@ impl Runner<'_> {
         dir: &Path,
         workload: Workload,
         records: &AtomicU64,
+        zipf: &Zipf,
     ) -> EngineResult {
         let spec = self.spec;
         let threads = spec.threads as u64;
-        let progress = self.progress;
-        let values = &self.values;
+        let (progress, values) = (self.progress, &self.values);
         let pair = (spec.key_len + spec.value_len) as u64;
         let total = spec.ops;
-        let zipf = Zipf::new(spec.pairs, Zipf::THETA);
         let chooser = match workload {
             Workload::YcsbD => Chooser::Latest(zipf),
             _ => Chooser::ScrambledZipfian(zipf),
@@ -572,57 +602,41 @@ impl Runner<'_> {
             let mut rng = SmallRng::seed_from_u64(seed ^ t as u64);
             let mut tally = Tally::default();
             let (mut key, mut out) = (Vec::new(), Vec::new());
-            let mine = total / threads + u64::from((t as u64) < total % threads);
-            for i in 0..mine {
+            timed_ops(share(total, threads, t), &mut tally, progress, |tally| {
                 let mut dice = rng.random_range(0..100u32);
                 let op = mix.iter().position(|&p| {
                     let hit = dice < p;
                     dice = dice.saturating_sub(p);
                     hit
                 });
-                let t0 = Instant::now();
+                let j = if op == Some(2) {
+                    records.fetch_add(1, Ordering::Relaxed)
+                } else {
+                    chooser.pick(&mut rng, records.load(Ordering::Relaxed))
+                };
+                record_key(&mut key, j, spec.key_len);
+                let value = values.get(j, round);
                 match op {
-                    Some(2) => {
-                        let j = records.fetch_add(1, Ordering::Relaxed);
-                        record_key(&mut key, j, spec.key_len);
-                        engine.write(&[Op::Put(&key, values.get(j, round))])?;
-                        tally.user_bytes += pair;
+                    Some(0) => tally.found += u64::from(engine.get(&key, &mut out)?),
+                    Some(1 | 2) => engine.write(&[Op::Put(&key, value)])?,
+                    Some(3) => {
+                        let len = rng.random_range(1..=YCSB_MAX_SCAN);
+                        tally.found += engine.scan(&key, len)? as u64;
                     }
-                    other => {
-                        let j = chooser.pick(&mut rng, records.load(Ordering::Relaxed));
-                        record_key(&mut key, j, spec.key_len);
-                        match other {
-                            Some(0) => tally.found += u64::from(engine.get(&key, &mut out)?),
-                            Some(1) => {
-                                engine.write(&[Op::Put(&key, values.get(j, round))])?;
-                                tally.user_bytes += pair;
-                            }
-                            Some(3) => {
-                                let len = rng.random_range(1..=YCSB_MAX_SCAN);
-                                tally.found += engine.scan(&key, len)? as u64;
-                            }
-                            _ => {
-                                tally.found += u64::from(engine.get(&key, &mut out)?);
-                                engine.write(&[Op::Put(&key, values.get(j, round))])?;
-                                tally.user_bytes += pair;
-                            }
-                        }
+                    _ => {
+                        tally.found += u64::from(engine.get(&key, &mut out)?);
+                        engine.write(&[Op::Put(&key, value)])?;
                     }
                 }
-                tally.hist.record(t0.elapsed().as_nanos() as u64);
-                tally.ops += 1;
-                if i % PROGRESS_EVERY == PROGRESS_EVERY - 1 {
-                    progress.advance(PROGRESS_EVERY);
+                if op != Some(0) && op != Some(3) {
+                    tally.user_bytes += pair;
                 }
-            }
+                Ok(())
+            })?;
             Ok(tally)
         };
-        let before = records.load(Ordering::Relaxed);
-        let (tally, mut result) = self.measure(engine, dir, workload, total, work)?;
-        self.live += records.load(Ordering::Relaxed) - before;
-        result.live_bytes = self.live * pair;
-        result.space_amp =
-            (result.live_bytes > 0).then(|| result.disk_bytes as f64 / result.live_bytes as f64);
+        let live = || records.load(Ordering::Relaxed);
+        let (tally, result) = self.measure(engine, dir, workload, total, &live, work)?;
         self.results.push(result);
         if workload == Workload::YcsbC && tally.found != tally.ops {
             return Err(format!(

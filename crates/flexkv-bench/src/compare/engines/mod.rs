@@ -167,19 +167,22 @@ impl EngineKind {
             #[cfg(feature = "sled")]
             EngineKind::Sled => sled::open(dir, config),
             #[allow(unreachable_patterns)]
-            other => Err(format!(
-                "{} is not in this build: rebuild flexkv-bench with `--features {}`",
-                other.name(),
-                other.feature()
-            )),
+            other => other
+                .require()
+                .map(|()| unreachable!("{} is built", other.name())),
         }
     }
 
-    fn feature(self) -> &'static str {
-        match self {
-            EngineKind::Lmdb => "lmdb",
-            other => other.name(),
+    /// Fails, saying which cargo feature to build with, unless this build has the engine.
+    pub fn require(self) -> EngineResult {
+        if self.available() {
+            return Ok(());
         }
+        Err(format!(
+            "{0} is not in this build: rebuild flexkv-bench with `--features {0}` (or \
+             `all-engines`)",
+            self.name()
+        ))
     }
 }
 
