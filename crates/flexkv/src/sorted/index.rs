@@ -17,7 +17,10 @@
 //! taller than its most recent splits made it. Underfull nodes are not merged: the index
 //! is rebuilt at every open, which compacts it.
 
+mod keys;
+
 use crate::{Error, Result};
+use keys::Keys;
 
 type NodeId = usize;
 
@@ -38,14 +41,14 @@ pub struct Interval {
 #[derive(Debug, Clone)]
 enum Node {
     Leaf {
-        keys: Vec<Box<[u8]>>,
+        keys: Keys,
         partial: Vec<i64>,
         sizes: Vec<u64>,
     },
     Internal {
         /// `pivots[i]` separates `children[i]` (all keys below it) from
         /// `children[i + 1]` (all keys at or above it).
-        pivots: Vec<Box<[u8]>>,
+        pivots: Keys,
         children: Vec<NodeId>,
         shifts: Vec<i64>,
     },
@@ -71,7 +74,7 @@ impl Default for SparseIndex {
 type Path = Vec<(NodeId, usize)>;
 
 /// A leaf's keys, partial offsets and sizes.
-type LeafMut<'a> = (&'a mut Vec<Box<[u8]>>, &'a mut Vec<i64>, &'a mut Vec<u64>);
+type LeafMut<'a> = (&'a mut Keys, &'a mut Vec<i64>, &'a mut Vec<u64>);
 
 /// The leaf and entry a path ends at.
 fn end(path: &Path) -> (NodeId, usize) {
@@ -90,7 +93,7 @@ impl SparseIndex {
     /// fanouts make tests reach deep trees.
     pub fn with_fanout(fanout: usize) -> Self {
         let leaf = Node::Leaf {
-            keys: vec![Box::default()],
+            keys: Keys::from_sorted([&[][..]]),
             partial: vec![0],
             sizes: vec![0],
         };
@@ -126,15 +129,13 @@ impl SparseIndex {
                     children,
                     shifts,
                 } => {
-                    let c = pivots.partition_point(|p| p.as_ref() <= key);
+                    let c = pivots.rank(key, true);
                     path.push((id, c));
                     shift += shifts[c];
                     id = children[c];
                 }
                 Node::Leaf { keys, .. } => {
-                    let j = keys
-                        .partition_point(|k| k.as_ref() <= key)
-                        .saturating_sub(1);
+                    let j = keys.rank(key, true).saturating_sub(1);
                     path.push((id, j));
                     return (path, shift);
                 }
@@ -152,7 +153,7 @@ impl SparseIndex {
             unreachable!("paths end at leaves")
         };
         Interval {
-            key: keys[j].to_vec(),
+            key: keys.get(j).to_vec(),
             offset: u64::try_from(partial[j] + shift)
                 .unwrap_or_else(|_| unreachable!("offsets are never negative")),
             size: sizes[j],
@@ -161,9 +162,26 @@ impl SparseIndex {
 
     /// The interval that holds `key` (the one with the greatest index key at or below it).
     pub fn find(&self, key: &[u8]) -> Interval {
-        let (path, shift) = self.descend(key);
-        let (leaf, j) = end(&path);
-        self.interval_at(leaf, j, shift)
+        // `descend` without recording the path: this is every point read's first step.
+        let mut shift = 0;
+        let mut id = self.root;
+        loop {
+            match &self.nodes[id] {
+                Node::Internal {
+                    pivots,
+                    children,
+                    shifts,
+                } => {
+                    let c = pivots.rank(key, true);
+                    shift += shifts[c];
+                    id = children[c];
+                }
+                Node::Leaf { keys, .. } => {
+                    let j = keys.rank(key, true).saturating_sub(1);
+                    return self.interval_at(id, j, shift);
+                }
+            }
+        }
     }
 
     /// The path to the interval whose index key is exactly `key`.
@@ -171,7 +189,7 @@ impl SparseIndex {
         let (path, shift) = self.descend(key);
         let (leaf, j) = end(&path);
         match &self.nodes[leaf] {
-            Node::Leaf { keys, .. } if keys[j].as_ref() == key => Ok((path, shift)),
+            Node::Leaf { keys, .. } if keys.get(j) == key => Ok((path, shift)),
             _ => Err(Error::invalid(format!(
                 "{key:?} is not an interval's index key"
             ))),
@@ -186,7 +204,7 @@ impl SparseIndex {
     fn successor(&self, id: NodeId, key: &[u8], shift: i64) -> Option<Interval> {
         match &self.nodes[id] {
             Node::Leaf { keys, .. } => {
-                let j = keys.partition_point(|k| k.as_ref() <= key);
+                let j = keys.rank(key, true);
                 (j < keys.len()).then(|| self.interval_at(id, j, shift))
             }
             Node::Internal {
@@ -196,7 +214,7 @@ impl SparseIndex {
             } => {
                 // Child `c` may hold it; every later child holds only greater keys, so
                 // the first of those that is not empty gives its first interval.
-                let c = pivots.partition_point(|p| p.as_ref() <= key);
+                let c = pivots.rank(key, true);
                 (c..children.len())
                     .find_map(|i| self.successor(children[i], key, shift + shifts[i]))
             }
@@ -211,7 +229,7 @@ impl SparseIndex {
     fn predecessor(&self, id: NodeId, key: &[u8], shift: i64) -> Option<Interval> {
         match &self.nodes[id] {
             Node::Leaf { keys, .. } => {
-                let j = keys.partition_point(|k| k.as_ref() < key);
+                let j = keys.rank(key, false);
                 j.checked_sub(1).map(|j| self.interval_at(id, j, shift))
             }
             Node::Internal {
@@ -221,7 +239,7 @@ impl SparseIndex {
             } => {
                 // Children after `c` hold only keys at or above `key`; child `c` (and,
                 // after merges, an earlier one) may hold none below it either.
-                let c = pivots.partition_point(|p| p.as_ref() < key);
+                let c = pivots.rank(key, false);
                 (0..=c)
                     .rev()
                     .find_map(|i| self.predecessor(children[i], key, shift + shifts[i]))
@@ -229,29 +247,24 @@ impl SparseIndex {
         }
     }
 
-    /// Bytes of memory the index takes: key bytes (rounded to the allocator's 8-byte
-    /// words), the boxes and offsets that hold them, and the nodes' vectors.
+    /// Bytes of memory the index takes: the capacity of every node's vectors (key
+    /// bytes, key ends, key heads, offsets and sizes or children and shifts) and the
+    /// nodes themselves.
     pub fn memory_bytes(&self) -> usize {
-        let boxed = |ks: &Vec<Box<[u8]>>| -> usize {
-            ks.iter()
-                .map(|k| k.len().next_multiple_of(8) + 16)
-                .sum::<usize>()
-                + (ks.capacity() - ks.len()) * 16
-        };
         let node = |n: &Node| -> usize {
-            let vecs = 3 * 24;
-            vecs + match n {
-                Node::Leaf {
-                    keys,
-                    partial,
-                    sizes,
-                } => boxed(keys) + partial.capacity() * 8 + sizes.capacity() * 8,
-                Node::Internal {
-                    pivots,
-                    children,
-                    shifts,
-                } => boxed(pivots) + children.capacity() * 8 + shifts.capacity() * 8,
-            }
+            std::mem::size_of::<Node>()
+                + match n {
+                    Node::Leaf {
+                        keys,
+                        partial,
+                        sizes,
+                    } => keys.memory_bytes() + partial.capacity() * 8 + sizes.capacity() * 8,
+                    Node::Internal {
+                        pivots,
+                        children,
+                        shifts,
+                    } => pivots.memory_bytes() + children.capacity() * 8 + shifts.capacity() * 8,
+                }
         };
         self.nodes.iter().map(node).sum::<usize>() + self.free.capacity() * 8
     }
@@ -353,8 +366,8 @@ impl SparseIndex {
         (path, shift) = self.descend(new_key);
         let (leaf, _) = end(&path);
         let (keys, partial, sizes) = self.leaf_mut(leaf);
-        let pos = keys.partition_point(|k| k.as_ref() <= new_key);
-        keys.insert(pos, new_key.into());
+        let pos = keys.rank(new_key, true);
+        keys.insert(pos, new_key);
         partial.insert(pos, offset - shift);
         sizes.insert(pos, size);
         self.len += 1;
@@ -436,7 +449,7 @@ impl SparseIndex {
                     let Node::Leaf { keys: rk, .. } = &right else {
                         unreachable!()
                     };
-                    let pivot = rk[0].clone();
+                    let pivot: Box<[u8]> = rk.get(0).into();
                     (right, pivot)
                 }
                 Node::Internal {
@@ -471,13 +484,13 @@ impl SparseIndex {
                     // The new node inherits the old one's shift: its entries keep their
                     // effective offsets.
                     let inherited = shifts[c];
-                    pivots.insert(c, pivot);
+                    pivots.insert(c, &pivot);
                     children.insert(c + 1, right);
                     shifts.insert(c + 1, inherited);
                 }
                 None => {
                     self.root = self.alloc(Node::Internal {
-                        pivots: vec![pivot],
+                        pivots: Keys::from_sorted([&pivot[..]]),
                         children: vec![id, right],
                         shifts: vec![0, 0],
                     });
@@ -570,8 +583,8 @@ impl SparseIndex {
     ) -> std::result::Result<(), String> {
         match &self.nodes[id] {
             Node::Leaf { keys, .. } => {
-                for k in keys {
-                    if lo.is_some_and(|l| k.as_ref() < l) || hi.is_some_and(|h| k.as_ref() >= h) {
+                for k in keys.iter() {
+                    if lo.is_some_and(|l| k < l) || hi.is_some_and(|h| k >= h) {
                         return Err(format!("key {k:?} outside its pivots"));
                     }
                 }
@@ -589,15 +602,11 @@ impl SparseIndex {
                     return Err(format!("internal node {id} is malformed"));
                 }
                 for (c, &child) in children.iter().enumerate() {
-                    let l = if c == 0 {
-                        lo
-                    } else {
-                        Some(pivots[c - 1].as_ref())
-                    };
+                    let l = if c == 0 { lo } else { Some(pivots.get(c - 1)) };
                     let h = if c == pivots.len() {
                         hi
                     } else {
-                        Some(pivots[c].as_ref())
+                        Some(pivots.get(c))
                     };
                     self.check_node(child, l, h)?;
                 }
