@@ -13,6 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use parking_lot::{Condvar, Mutex};
 
 /// Tracks applied sequences and publishes the contiguous prefix as visible.
@@ -20,6 +22,9 @@ use parking_lot::{Condvar, Mutex};
 pub(crate) struct Visibility {
     state: Mutex<VisState>,
     advanced: Condvar,
+    /// `state.visible`, published (release) after it changes so a reader takes it
+    /// without the lock (acquire), and with it every entry of the batches it covers.
+    published: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -38,12 +43,13 @@ impl Visibility {
                 early: BTreeSet::new(),
             }),
             advanced: Condvar::new(),
+            published: AtomicU64::new(visible),
         }
     }
 
     /// The highest sequence a new reader sees.
     pub(crate) fn visible(&self) -> u64 {
-        self.state.lock().visible
+        self.published.load(Ordering::Acquire)
     }
 
     /// Marks `seq` applied, advances the visible prefix, and waits until `seq` itself is
@@ -57,6 +63,7 @@ impl Visibility {
             while s.early.remove(&(s.visible + 1)) {
                 s.visible += 1;
             }
+            self.published.store(s.visible, Ordering::Release);
             self.advanced.notify_all();
         } else {
             s.early.insert(seq);
