@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::Inner;
-use crate::memtable::{KeyspaceId, Memtable, Value};
+use crate::memtable::{self, KeyspaceId, Memtable, Value};
 use crate::sorted::commit::{Context, Update};
 use crate::{Error, Result};
 
@@ -46,9 +46,9 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
-    pub(crate) fn new(frozen: Option<Frozen>) -> Tables {
+    pub(crate) fn new(frozen: Option<Frozen>, memtable_size: usize) -> Tables {
         Tables {
-            active: Arc::new(Memtable::default()),
+            active: Arc::new(Memtable::with_size(memtable_size)),
             born: Instant::now(),
             frozen: frozen.into_iter().collect(),
         }
@@ -57,9 +57,10 @@ impl Tables {
     /// The version of `key` a reader at `seq` sees in the memtables (the newest one that
     /// has any), without cloning the list.
     pub(crate) fn get(&self, ks: KeyspaceId, key: &[u8], seq: u64) -> Option<Value> {
+        let hash = memtable::key_hash(ks, key);
         std::iter::once(&self.active)
             .chain(self.frozen.iter().rev().map(|f| &f.table))
-            .find_map(|t| t.get(ks, key, seq))
+            .find_map(|t| t.get_hashed(ks, key, hash, seq))
             .map(|(_, v)| v)
     }
 
@@ -147,7 +148,8 @@ impl Inner {
             self.poisoned.store(true, Ordering::Release);
         })?;
         let mut t = self.tables.write();
-        let table = std::mem::replace(&mut t.active, Arc::new(Memtable::default()));
+        let fresh = Arc::new(Memtable::with_size(self.opts.memtable_size));
+        let table = std::mem::replace(&mut t.active, fresh);
         t.born = Instant::now();
         t.frozen.push_back(Frozen {
             table,

@@ -272,7 +272,7 @@ impl Db {
         for e in &manifest.keyspaces {
             stores.insert(e.id, Arc::new(open_store(&opts, path, e.id)?));
         }
-        let memtable = Memtable::default();
+        let memtable = Memtable::with_size(opts.memtable_size);
         for g in &recovered.groups {
             for (i, batch) in g.batches.iter().enumerate() {
                 let seq = g.first + i as u64;
@@ -310,6 +310,7 @@ impl Db {
             last_seq: last,
             wal_through: wal.active_segment() - 1,
         });
+        let tables = Tables::new(frozen, opts.memtable_size);
         let inner = Arc::new(Inner {
             id: NEXT_DB_ID.fetch_add(1, Ordering::Relaxed),
             dir: path.to_path_buf(),
@@ -318,7 +319,7 @@ impl Db {
             lock: Mutex::new(Some(lock)),
             manifest: Mutex::new(manifest),
             names: RwLock::new(names),
-            tables: RwLock::new(Tables::new(frozen)),
+            tables: RwLock::new(tables),
             stores: RwLock::new(stores),
             signal: Signal::default(),
             committer: Mutex::new(None),

@@ -30,7 +30,7 @@ pub struct Stats {
     pub grouped_batches: u64,
     /// The most batches one group commit carried.
     pub max_group: u64,
-    /// Approximate memtable size in bytes.
+    /// Approximate memory the memtables take, in bytes (entries and key filters).
     pub memtable_bytes: u64,
     /// Versions held by the memtable.
     pub memtable_entries: u64,
@@ -156,7 +156,10 @@ impl Inner {
             groups: get(&c.groups),
             grouped_batches: get(&c.grouped_batches),
             max_group: get(&c.max_group),
-            memtable_bytes: tables.iter().map(|t| t.approximate_bytes() as u64).sum(),
+            memtable_bytes: tables
+                .iter()
+                .map(|t| (t.approximate_bytes() + t.filter_bytes()) as u64)
+                .sum(),
             memtable_entries: tables.iter().map(|t| t.len() as u64).sum(),
             frozen_memtables: tables.len() as u64 - 1,
             commits: get(&c.commits),

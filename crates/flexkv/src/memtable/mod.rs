@@ -15,6 +15,12 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
 use crossbeam_skiplist::SkipMap;
+use smallvec::SmallVec;
+
+mod bloom;
+
+pub(crate) use bloom::hash as key_hash;
+use bloom::Bloom;
 
 use crate::vlog::Pointer;
 
@@ -42,29 +48,91 @@ impl Value {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A version's place in the skip list. Keys up to [`INLINE_KEY`] bytes live in the
+/// node itself: a search compares keys at every level, and a key behind a pointer
+/// cost a second cache miss per comparison.
+#[derive(Clone, Debug)]
 struct MemKey {
     ks: KeyspaceId,
-    key: Box<[u8]>,
     seq: u64,
+    key: SmallVec<[u8; INLINE_KEY]>,
 }
+
+/// Longest key kept inline in a memtable entry.
+const INLINE_KEY: usize = 32;
 
 impl MemKey {
     fn new(ks: KeyspaceId, key: &[u8], seq: u64) -> Self {
         MemKey {
             ks,
-            key: key.into(),
+            key: SmallVec::from_slice(key),
             seq,
         }
     }
 }
 
+/// The order of the skip list, over keys held ([`MemKey`]) and borrowed for a search
+/// ([`Probe`], which copies nothing): keyspace, key, then sequence descending.
+trait Ordered {
+    fn parts(&self) -> (KeyspaceId, &[u8], u64);
+}
+
+impl Ordered for MemKey {
+    fn parts(&self) -> (KeyspaceId, &[u8], u64) {
+        (self.ks, &self.key, self.seq)
+    }
+}
+
+/// A search key borrowing the caller's bytes.
+struct Probe<'a> {
+    ks: KeyspaceId,
+    key: &'a [u8],
+    seq: u64,
+}
+
+impl Ordered for Probe<'_> {
+    fn parts(&self) -> (KeyspaceId, &[u8], u64) {
+        (self.ks, self.key, self.seq)
+    }
+}
+
+fn order(a: &(impl Ordered + ?Sized), b: &(impl Ordered + ?Sized)) -> Ordering {
+    let (aks, akey, aseq) = a.parts();
+    let (bks, bkey, bseq) = b.parts();
+    aks.cmp(&bks)
+        .then_with(|| akey.cmp(bkey))
+        .then_with(|| bseq.cmp(&aseq))
+}
+
+impl<'a> std::borrow::Borrow<dyn Ordered + 'a> for MemKey {
+    fn borrow(&self) -> &(dyn Ordered + 'a) {
+        self
+    }
+}
+
+impl Ord for dyn Ordered + '_ {
+    fn cmp(&self, other: &Self) -> Ordering {
+        order(self, other)
+    }
+}
+
+impl PartialOrd for dyn Ordered + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for dyn Ordered + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for dyn Ordered + '_ {}
+
 impl Ord for MemKey {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.ks
-            .cmp(&other.ks)
-            .then_with(|| self.key.cmp(&other.key))
-            .then_with(|| other.seq.cmp(&self.seq))
+        order(self, other)
     }
 }
 
@@ -73,6 +141,14 @@ impl PartialOrd for MemKey {
         Some(self.cmp(other))
     }
 }
+
+impl PartialEq for MemKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for MemKey {}
 
 /// Per-entry bookkeeping the skip list adds, for the size estimate.
 const ENTRY_OVERHEAD: usize = 64;
@@ -103,14 +179,36 @@ pub(crate) fn separated(v: &Value) -> Option<Pointer> {
 }
 
 /// The concurrent multi-version map.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Memtable {
     map: SkipMap<MemKey, Value>,
     bytes: AtomicUsize,
     separated: std::sync::atomic::AtomicBool,
+    bloom: Bloom,
+}
+
+/// Memtable bytes per filter bit: about 20 bits per entry of a 16-byte key and a
+/// 100-byte value, 9 for an entry with no value.
+const BYTES_PER_FILTER_BIT: usize = 8;
+
+impl Default for Memtable {
+    fn default() -> Self {
+        Memtable::with_size(0)
+    }
 }
 
 impl Memtable {
+    /// A memtable expected to hold about `bytes` (it may hold more, with a filter that
+    /// answers "maybe" more often).
+    pub(crate) fn with_size(bytes: usize) -> Memtable {
+        Memtable {
+            map: SkipMap::new(),
+            bytes: AtomicUsize::new(0),
+            separated: Default::default(),
+            bloom: Bloom::new(bytes / BYTES_PER_FILTER_BIT),
+        }
+    }
+
     /// Adds the version `seq` of `key`. A second insert of the same `(key, seq)` (a batch
     /// that writes a key twice) replaces the first: the later operation wins (see
     /// [`replaced_in_batch`] for the value-log accounting of the first).
@@ -119,6 +217,7 @@ impl Memtable {
         if matches!(value, Value::Separated(_)) {
             self.separated.store(true, AtomicOrdering::Relaxed);
         }
+        self.bloom.insert(key_hash(ks, key));
         self.map.insert(MemKey::new(ks, key, seq), value);
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
     }
@@ -128,9 +227,15 @@ impl Memtable {
         self.separated.load(AtomicOrdering::Relaxed)
     }
 
-    /// The approximate memory the entries use, in bytes.
+    /// The approximate memory the entries use, in bytes (the filter not included:
+    /// it is allocated whole up front, see [`Memtable::filter_bytes`]).
     pub(crate) fn approximate_bytes(&self) -> usize {
         self.bytes.load(AtomicOrdering::Relaxed)
+    }
+
+    /// Bytes of the key filter.
+    pub(crate) fn filter_bytes(&self) -> usize {
+        self.bloom.memory_bytes()
     }
 
     /// The number of versions held.
@@ -143,13 +248,12 @@ impl Memtable {
         self.map
             .iter()
             .filter_map(|e| match e.value() {
-                Value::Separated(p) => Some((e.key().ks, e.key().key.clone(), *p)),
+                Value::Separated(p) => Some((e.key().ks, e.key().key.as_slice().into(), *p)),
                 _ => None,
             })
             .collect()
     }
 
-    /// The newest version of `key` with a sequence at or below `at`.
     /// Whether the memtable holds nothing.
     pub(crate) fn is_empty(&self) -> bool {
         self.map.is_empty()
@@ -185,18 +289,36 @@ impl Memtable {
             .peekable();
         std::iter::from_fn(move || {
             let first = entries.next()?;
-            let key = first.key().key.clone();
+            let key: Box<[u8]> = first.key().key.as_slice().into();
             let mut versions = vec![(first.key().seq, first.value().clone())];
-            while let Some(e) = entries.next_if(|e| e.key().key == key) {
+            while let Some(e) = entries.next_if(|e| *e.key().key == *key) {
                 versions.push((e.key().seq, e.value().clone()));
             }
             Some((key, versions))
         })
     }
 
+    /// The newest version of `key` with a sequence at or below `at`.
     pub(crate) fn get(&self, ks: KeyspaceId, key: &[u8], at: u64) -> Option<(u64, Value)> {
-        let probe = MemKey::new(ks, key, at);
-        let e = self.map.lower_bound(Bound::Included(&probe))?;
+        self.get_hashed(ks, key, key_hash(ks, key), at)
+    }
+
+    /// [`Memtable::get`] with the key's filter hash (from [`key_hash`]) computed by the
+    /// caller, once for every memtable it asks.
+    pub(crate) fn get_hashed(
+        &self,
+        ks: KeyspaceId,
+        key: &[u8],
+        hash: u64,
+        at: u64,
+    ) -> Option<(u64, Value)> {
+        if !self.bloom.may_contain(hash) {
+            return None;
+        }
+        let probe = Probe { ks, key, seq: at };
+        let e = self
+            .map
+            .lower_bound(Bound::Included(&probe as &dyn Ordered))?;
         let k = e.key();
         (k.ks == ks && *k.key == *key).then(|| (k.seq, e.value().clone()))
     }
@@ -222,7 +344,7 @@ impl Memtable {
                 return None;
             }
             if k.seq <= at {
-                return Some((k.key.clone(), k.seq, e.value().clone()));
+                return Some((k.key.as_slice().into(), k.seq, e.value().clone()));
             }
             // Every version seen so far is too new: jump to the newest one we may see.
             probe = Bound::Included(MemKey::new(ks, &k.key, at));
@@ -251,7 +373,7 @@ impl Memtable {
             }
             // `e` is the oldest version of its key; look for the newest one we may see.
             if let Some((seq, v)) = self.get(ks, &k.key, at) {
-                return Some((k.key.clone(), seq, v));
+                return Some((k.key.as_slice().into(), seq, v));
             }
             probe = Bound::Excluded(MemKey::new(ks, &k.key, u64::MAX));
         }

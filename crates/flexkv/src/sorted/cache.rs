@@ -9,6 +9,8 @@
 //! the read lock, so what they insert is current.
 
 use std::collections::HashMap;
+
+use foldhash::fast::RandomState;
 use std::sync::Arc;
 
 use super::interval::Loaded;
@@ -23,7 +25,9 @@ struct Slot {
 pub(crate) struct IntervalCache {
     capacity: usize,
     used: usize,
-    map: HashMap<Box<[u8]>, usize>,
+    /// Hashed with foldhash (seeded per map, so keys cannot be chosen to collide):
+    /// SipHash was a tenth of a cached point read.
+    map: HashMap<Box<[u8]>, usize, RandomState>,
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
     hand: usize,
@@ -35,7 +39,7 @@ impl IntervalCache {
         IntervalCache {
             capacity,
             used: 0,
-            map: HashMap::new(),
+            map: HashMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
             hand: 0,
