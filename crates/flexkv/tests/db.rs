@@ -206,6 +206,33 @@ fn large_values_go_to_the_value_log_once_and_read_back_after_reopen() {
 }
 
 #[test]
+fn an_iterator_turning_round_merges_memtables_and_the_store_afresh() {
+    // Keys a, b, e committed to the store; c, d and a newer b in the memtable. An
+    // iterator keeps the next entry it found in each memtable; turning round must
+    // look again, or it returns the forward-looking entry going backward.
+    let vfs = FaultVfs::new(8);
+    let db = open(&vfs);
+    for k in ["a", "b", "e"] {
+        db.put(k.as_bytes(), b"stored").unwrap();
+    }
+    db.flush().unwrap();
+    db.put(b"c", b"older memtable").unwrap();
+    db.put(b"b", b"older memtable").unwrap();
+    db.put(b"d", b"memtable").unwrap();
+    let key = |r: Option<flexkv::Result<(Vec<u8>, Vec<u8>)>>| {
+        let (k, v) = r.unwrap().unwrap();
+        (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap())
+    };
+    let mut it = db.iter();
+    assert_eq!(key(it.next()), ("a".into(), "stored".into()));
+    assert_eq!(key(it.next_back()), ("e".into(), "stored".into()));
+    assert_eq!(key(it.next_back()), ("d".into(), "memtable".into()));
+    assert_eq!(key(it.next_back()), ("c".into(), "older memtable".into()));
+    assert_eq!(key(it.next()), ("b".into(), "older memtable".into()));
+    assert!(it.next().is_none() && it.next_back().is_none());
+}
+
+#[test]
 fn iterators_go_both_ways_within_bounds() {
     let vfs = FaultVfs::new(7);
     let db = open_small_values(&vfs);

@@ -43,6 +43,9 @@ pub(crate) struct Tables {
     pub(crate) active: Arc<Memtable>,
     pub(crate) born: Instant,
     pub(crate) frozen: VecDeque<Frozen>,
+    /// Bumped whenever the list changes (a freeze, a commit), so an iterator knows
+    /// when the memtables it holds are still the ones to read.
+    pub(crate) generation: u64,
 }
 
 impl Tables {
@@ -51,6 +54,7 @@ impl Tables {
             active: Arc::new(Memtable::with_size(memtable_size)),
             born: Instant::now(),
             frozen: frozen.into_iter().collect(),
+            generation: 0,
         }
     }
 
@@ -151,6 +155,7 @@ impl Inner {
         let fresh = Arc::new(Memtable::with_size(self.opts.memtable_size));
         let table = std::mem::replace(&mut t.active, fresh);
         t.born = Instant::now();
+        t.generation += 1;
         t.frozen.push_back(Frozen {
             table,
             last_seq: *next,
@@ -258,7 +263,11 @@ impl Inner {
             store.sweep(&cx)?;
         }
         self.vlog.release_pins(self.snapshots.oldest());
-        self.tables.write().frozen.pop_front();
+        {
+            let mut t = self.tables.write();
+            t.frozen.pop_front();
+            t.generation += 1;
+        }
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
         self.signal.bump();
         self.wal.remove_through(wal_through)?;

@@ -16,6 +16,9 @@ use super::batch::check_value;
 use super::Handle;
 use crate::memtable::{KeyspaceId, Value};
 use crate::sorted::history::{self, Version};
+use crate::sorted::store::Run;
+use crate::sorted::Record;
+use crate::sorted::RecordValue;
 use crate::vlog::Pointer;
 use crate::{Durability, Result, WriteBatch};
 
@@ -180,13 +183,16 @@ impl Snapshot {
             lo: own(range.start_bound()),
             hi: own(range.end_bound()),
             done: false,
-            buf: VecDeque::new(),
+            buf: StoreBuf::default(),
             buf_epoch: None,
             buf_forward: true,
             buf_end: false,
             ahead: HashMap::new(),
             streak: 0,
             batch: READAHEAD_FIRST,
+            mems: Vec::new(),
+            mems_generation: None,
+            mems_forward: true,
         }
     }
 
@@ -225,10 +231,11 @@ fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
 /// error if a value cannot be read (a value-log record fails its checks) or the
 /// database was closed; iteration may go on after a value error.
 ///
-/// Each step merges the memtables (sought afresh from the last key returned) with the
-/// sorted store, whose records it reads an interval at a time. Buffered records are
-/// used only while the store's epoch is unchanged; after a commit the iterator seeks
-/// again by key. No lock is held between steps.
+/// Each step merges the memtables with the sorted store. From each memtable it keeps
+/// the next entry found (searched again only once the iterator passes it, or when the
+/// memtable list changes); from the store it reads an interval at a time. Buffered
+/// records are used only while the store's epoch is unchanged; after a commit the
+/// iterator seeks again by key. No lock is held between steps.
 #[derive(Debug)]
 pub struct Iter {
     guard: Arc<Guard>,
@@ -238,7 +245,7 @@ pub struct Iter {
     hi: Bound<Vec<u8>>,
     done: bool,
     /// Store records past the bound in the current direction, nearest first.
-    buf: VecDeque<(Box<[u8]>, Version)>,
+    buf: StoreBuf,
     /// The store epoch `buf` was read at (`None`: nothing read).
     buf_epoch: Option<u64>,
     buf_forward: bool,
@@ -252,6 +259,84 @@ pub struct Iter {
     /// The next read-ahead's size: it doubles from [`READAHEAD_FIRST`] to [`READAHEAD`],
     /// so a short scan does not read far past where it stops.
     batch: usize,
+    /// The memtables (newest first) with the next entry of each in the direction
+    /// `mems_forward`, taken from the memtable list of generation `mems_generation`.
+    mems: Vec<MemHead>,
+    mems_generation: Option<u64>,
+    mems_forward: bool,
+}
+
+/// Store records an iterator has read ahead of its position, nearest first: runs of
+/// cached intervals (never empty), decoded a record at a time as it comes to them.
+#[derive(Debug, Default)]
+struct StoreBuf {
+    runs: VecDeque<Run>,
+}
+
+impl StoreBuf {
+    fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.runs.clear();
+    }
+
+    /// The nearest record's place in its interval.
+    fn nearest(run: &Run, forward: bool) -> usize {
+        if forward {
+            run.range.start
+        } else {
+            run.range.end - 1
+        }
+    }
+
+    fn front_key(&self, forward: bool) -> Option<&[u8]> {
+        let run = self.runs.front()?;
+        Some(run.interval.key(Self::nearest(run, forward)))
+    }
+
+    /// Passes the nearest record; returns its key and version if `decode`.
+    fn pop(&mut self, forward: bool, decode: bool) -> Option<(Box<[u8]>, Version)> {
+        let run = self.runs.front_mut()?;
+        let out = decode.then(|| {
+            let r = run.interval.record(Self::nearest(run, forward));
+            (Box::from(r.key), Version::from_record(&r))
+        });
+        if forward {
+            run.range.start += 1;
+        } else {
+            run.range.end -= 1;
+        }
+        if run.range.is_empty() {
+            self.runs.pop_front();
+        }
+        out
+    }
+
+    /// Every record held, nearest first.
+    fn records(&self, forward: bool) -> impl Iterator<Item = Record<'_>> {
+        self.runs.iter().flat_map(move |run| {
+            let order: Box<dyn Iterator<Item = usize>> = if forward {
+                Box::new(run.range.clone())
+            } else {
+                Box::new(run.range.clone().rev())
+            };
+            order.map(|i| run.interval.record(i))
+        })
+    }
+}
+
+/// One memtable as an iterator reads it. What a memtable holds at or below the
+/// iterator's sequence never changes (a batch goes into the memtable that was active
+/// when its sequence was handed out, before that sequence becomes visible), so the
+/// next entry found stays right until the iterator passes its key: each memtable is
+/// searched once per entry it contributes, not once per step.
+#[derive(Debug)]
+struct MemHead {
+    table: Arc<crate::memtable::Memtable>,
+    /// `None`: to be searched; `Some(None)`: nothing more in this direction.
+    next: Option<Option<(Box<[u8]>, Value)>>,
 }
 
 /// Separated values an iterator reads one by one before it starts reading ahead.
@@ -282,8 +367,8 @@ impl Iter {
         above_lo && below_hi
     }
 
-    /// The next store record in the direction, refilling the buffer as needed.
-    fn store_head(&mut self, forward: bool) -> Result<Option<(Box<[u8]>, Version)>> {
+    /// Refills the buffer of store records in the direction if it is empty or stale.
+    fn fill_store_buf(&mut self, forward: bool) -> Result<()> {
         let db = &self.guard.db;
         let store = db.store(self.ks)?;
         let epoch = store.epoch.load(Ordering::SeqCst);
@@ -306,9 +391,49 @@ impl Iter {
             self.buf_epoch = Some(e);
             self.buf_forward = forward;
             self.buf_end = recs.is_empty();
-            self.buf = recs.into();
+            self.buf.runs = recs.into();
         }
-        Ok(self.buf.front().cloned())
+        Ok(())
+    }
+
+    /// Brings `mems` up to date: the current memtable list (keeping the entries found
+    /// in memtables still on it), each searched for its next entry in the direction.
+    fn fill_mems(&mut self, forward: bool) {
+        let db = &self.guard.db;
+        let generation = db.tables.read().generation;
+        if self.mems_generation != Some(generation) {
+            let (tables, generation) = {
+                let t = db.tables.read();
+                (t.newest_first(), t.generation)
+            };
+            let mut old = std::mem::take(&mut self.mems);
+            self.mems = tables
+                .into_iter()
+                .map(|table| {
+                    let next = old
+                        .iter_mut()
+                        .find(|m| Arc::ptr_eq(&m.table, &table))
+                        .and_then(|m| m.next.take());
+                    MemHead { table, next }
+                })
+                .collect();
+            self.mems_generation = Some(generation);
+        }
+        if self.mems_forward != forward {
+            self.mems.iter_mut().for_each(|m| m.next = None);
+            self.mems_forward = forward;
+        }
+        let (ks, seq) = (self.ks, self.guard.seq);
+        for m in &mut self.mems {
+            if m.next.is_none() {
+                let found = if forward {
+                    m.table.next_at(ks, as_ref(&self.lo), seq)
+                } else {
+                    m.table.prev_at(ks, as_ref(&self.hi), seq)
+                };
+                m.next = Some(found.map(|(k, _, v)| (k, v)));
+            }
+        }
     }
 
     /// The next pair in the direction, with its value resolved (read ahead when the
@@ -361,13 +486,13 @@ impl Iter {
         let seq = self.guard.seq;
         let mut want: Vec<(Pointer, KeyspaceId, &[u8])> = vec![(p, self.ks, key)];
         let mut bytes = u64::from(p.len);
-        for (k, v) in &self.buf {
+        for r in self.buf.records(self.buf_forward) {
             if want.len() >= self.batch || bytes >= READAHEAD_BYTES {
                 break;
             }
-            if let (true, Value::Separated(q)) = (v.seq <= seq, &v.value) {
-                if !self.ahead.contains_key(q) && *q != p {
-                    want.push((*q, self.ks, k));
+            if let (true, RecordValue::Separated(q)) = (r.seq <= seq, r.value) {
+                if !self.ahead.contains_key(&q) && q != p {
+                    want.push((q, self.ks, r.key));
                     bytes += u64::from(q.len);
                 }
             }
@@ -416,51 +541,49 @@ impl Iter {
         let seq = self.guard.seq;
         let ks = self.ks;
         // Memtables first (listed before the store's epoch is read), newest first.
-        let tables = self.guard.db.tables.read().newest_first();
-        let mut mem: Option<(Box<[u8]>, Value)> = None;
-        for t in &tables {
-            let found = if forward {
-                t.next_at(ks, as_ref(&self.lo), seq)
-            } else {
-                t.prev_at(ks, as_ref(&self.hi), seq)
-            };
-            if let Some((k, _, v)) = found {
-                let better = mem
-                    .as_ref()
-                    .is_none_or(|(m, _)| if forward { k < *m } else { k > *m });
+        self.fill_mems(forward);
+        self.fill_store_buf(forward).map_err(fatal)?;
+        // The nearest memtable entry; on a tie the newer memtable's.
+        let mut best: Option<(usize, &[u8])> = None;
+        for (i, m) in self.mems.iter().enumerate() {
+            if let Some(Some((k, _))) = &m.next {
+                let better = best.is_none_or(|(_, b)| if forward { **k < *b } else { **k > *b });
                 if better {
-                    mem = Some((k, v));
+                    best = Some((i, k));
                 }
             }
         }
-        let stored = self.store_head(forward).map_err(fatal)?;
-        let mem = mem.filter(|(k, _)| self.inside(k));
-        let stored = stored.filter(|(k, _)| self.inside(k));
-        let take_mem = match (&mem, &stored) {
+        let mem = best.filter(|(_, k)| self.inside(k));
+        let stored = self.buf.front_key(forward).filter(|k| self.inside(k));
+        let (take_mem, same) = match (mem, stored) {
             (None, None) => return Ok(None),
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (Some((m, _)), Some((s, _))) => {
-                if forward {
-                    m <= s
-                } else {
-                    m >= s
-                }
-            }
+            (Some(_), None) => (true, false),
+            (None, Some(_)) => (false, false),
+            (Some((_, m)), Some(s)) => (if forward { m <= s } else { m >= s }, m == s),
         };
-        let (key, value) = if take_mem {
-            let (k, v) = mem.unwrap_or_else(|| unreachable!("chosen because present"));
-            if stored.as_ref().is_some_and(|(s, _)| *s == k) {
-                self.buf.pop_front();
+        let (key, value) = if let (true, Some((i, _))) = (take_mem, mem) {
+            let Some(Some((k, v))) = self.mems[i].next.take() else {
+                unreachable!("chosen because present")
+            };
+            if same {
+                self.buf.pop(forward, false);
             }
             (k, Some(v))
         } else {
-            let (k, found) = stored.unwrap_or_else(|| unreachable!("chosen because present"));
-            self.buf.pop_front();
+            let (k, found) = self
+                .buf
+                .pop(forward, true)
+                .unwrap_or_else(|| unreachable!("chosen because present"));
             let db = &self.guard.db;
             let v = history::at(&db.vlog, ks, &k, found, seq).map_err(|e| (e, false))?;
             (k, v.map(|v| v.value))
         };
+        // Older memtables' versions of the same key are passed with it.
+        for m in &mut self.mems {
+            if matches!(&m.next, Some(Some((k, _))) if *k == key) {
+                m.next = None;
+            }
+        }
         let key = key.into_vec();
         if forward {
             self.lo = Bound::Excluded(key.clone());

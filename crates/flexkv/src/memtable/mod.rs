@@ -6,9 +6,10 @@
 //! readers never block writers. A version is never changed once inserted; a later batch
 //! adds a newer version, so snapshot reads are exact.
 //!
-//! Iteration steps by re-seeking from the last key returned (O(log n) per step), so an
+//! Iteration seeks from the last key returned ([`Memtable::next_at`], O(log n)), so an
 //! iterator holds no borrow or lock between calls and sees inserts made after it started
-//! only if their sequence is at or below its own (never, for a sequence already visible).
+//! only if their sequence is at or below its own (never, for a sequence already visible):
+//! what one seek found stays the answer until the iterator passes it.
 
 use std::cmp::Ordering;
 use std::ops::Bound;

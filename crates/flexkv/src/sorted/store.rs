@@ -89,7 +89,16 @@ impl std::fmt::Debug for SortedStore {
 
 /// One step of an iterator over the store: records in iteration order and the epoch
 /// they were read at.
-pub(crate) type Scan = (u64, Vec<(Box<[u8]>, Version)>);
+pub(crate) type Scan = (u64, Vec<Run>);
+
+/// Records `range` of one cached interval, as a scan found them: each is decoded only
+/// when an iterator comes to it, so a short scan pays for the records it returns and
+/// not for the rest of the interval. A scan visits `range` forward or backward.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub(crate) interval: Arc<Loaded>,
+    pub(crate) range: std::ops::Range<usize>,
+}
 
 /// A key and the pointer to its separated value.
 pub(crate) type Separated = (Box<[u8]>, crate::vlog::Pointer);
@@ -142,9 +151,10 @@ impl SortedStore {
             .map(|i| Version::from_record(&loaded.record(i))))
     }
 
-    /// The records after `from` (forward) or before it (backward), in that order: the
-    /// rest of the first interval that has any, and whole intervals after it until
-    /// there are at least `min`, so an iterator reads an interval or more per call.
+    /// The records after `from` (forward) or before it (backward), as runs in that
+    /// order (none empty): the rest of the first interval that has any, and whole
+    /// intervals after it until there are at least `min` records, so an iterator reads
+    /// an interval or more per call.
     pub(crate) fn scan(&self, from: Bound<&[u8]>, forward: bool, min: usize) -> Result<Scan> {
         self.usable()?;
         let st = self.state.read();
@@ -156,6 +166,7 @@ impl SortedStore {
         };
         let mut from = from;
         let mut out = Vec::new();
+        let mut found = 0;
         loop {
             let loaded = self.load(&st, &iv, true)?;
             let range = match from {
@@ -172,25 +183,20 @@ impl SortedStore {
                     }
                 }
             };
-            let mut part: Vec<_> = range
-                .map(|i| {
-                    (
-                        Box::from(loaded.key(i)),
-                        Version::from_record(&loaded.record(i)),
-                    )
-                })
-                .collect();
-            if !forward {
-                part.reverse();
+            found += range.len();
+            if !range.is_empty() {
+                out.push(Run {
+                    interval: loaded,
+                    range,
+                });
             }
-            out.append(&mut part);
             let next = if forward {
                 st.index.next(&iv.key)
             } else {
                 st.index.prev(&iv.key)
             };
             match next {
-                Some(n) if out.len() < min.max(1) => {
+                Some(n) if found < min.max(1) => {
                     iv = n;
                     from = Bound::Unbounded;
                 }
