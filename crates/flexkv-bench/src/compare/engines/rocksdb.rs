@@ -37,7 +37,7 @@ impl Engine for Rocks {
                 Op::Delete(k) => batch.delete(k),
             }
         }
-        self.db.write_opt(&batch, &self.write).map_err(text)
+        self.db.write_opt(batch, &self.write).map_err(text)
     }
 
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> EngineResult<bool> {
