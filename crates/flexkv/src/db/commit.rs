@@ -263,6 +263,9 @@ impl Inner {
             store.sweep(&cx)?;
         }
         self.vlog.release_pins(self.snapshots.oldest());
+        // The WAL segments go before the memtable leaves the list: `flush` returns once
+        // the list is empty, and then the commit must be wholly done.
+        self.wal.remove_through(wal_through)?;
         {
             let mut t = self.tables.write();
             t.frozen.pop_front();
@@ -270,7 +273,6 @@ impl Inner {
         }
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
         self.signal.bump();
-        self.wal.remove_through(wal_through)?;
         Ok(true)
     }
 
