@@ -116,10 +116,10 @@ impl SparseIndex {
         self.len == 0
     }
 
-    /// Descends to the entry whose key is the greatest at or below `key`; returns the
-    /// path and the sum of shifts along it.
-    fn descend(&self, key: &[u8]) -> (Path, i64) {
-        let mut path = Vec::new();
+    /// Descends to the entry whose key is the greatest at or below `key`, telling
+    /// `step` each node and the child (or entry) taken; returns the leaf, the entry and
+    /// the sum of shifts along the way.
+    fn walk(&self, key: &[u8], mut step: impl FnMut(NodeId, usize)) -> (NodeId, usize, i64) {
         let mut shift = 0;
         let mut id = self.root;
         loop {
@@ -130,17 +130,24 @@ impl SparseIndex {
                     shifts,
                 } => {
                     let c = pivots.rank(key, true);
-                    path.push((id, c));
+                    step(id, c);
                     shift += shifts[c];
                     id = children[c];
                 }
                 Node::Leaf { keys, .. } => {
                     let j = keys.rank(key, true).saturating_sub(1);
-                    path.push((id, j));
-                    return (path, shift);
+                    step(id, j);
+                    return (id, j, shift);
                 }
             }
         }
+    }
+
+    /// [`SparseIndex::walk`], recording the path.
+    fn descend(&self, key: &[u8]) -> (Path, i64) {
+        let mut path = Vec::new();
+        let (_, _, shift) = self.walk(key, |id, c| path.push((id, c)));
+        (path, shift)
     }
 
     fn interval_at(&self, leaf: NodeId, j: usize, shift: i64) -> Interval {
@@ -162,26 +169,9 @@ impl SparseIndex {
 
     /// The interval that holds `key` (the one with the greatest index key at or below it).
     pub fn find(&self, key: &[u8]) -> Interval {
-        // `descend` without recording the path: this is every point read's first step.
-        let mut shift = 0;
-        let mut id = self.root;
-        loop {
-            match &self.nodes[id] {
-                Node::Internal {
-                    pivots,
-                    children,
-                    shifts,
-                } => {
-                    let c = pivots.rank(key, true);
-                    shift += shifts[c];
-                    id = children[c];
-                }
-                Node::Leaf { keys, .. } => {
-                    let j = keys.rank(key, true).saturating_sub(1);
-                    return self.interval_at(id, j, shift);
-                }
-            }
-        }
+        // No path recorded: this is every point read's first step.
+        let (leaf, j, shift) = self.walk(key, |_, _| {});
+        self.interval_at(leaf, j, shift)
     }
 
     /// The path to the interval whose index key is exactly `key`.
