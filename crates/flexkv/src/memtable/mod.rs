@@ -40,7 +40,8 @@ pub(crate) enum Value {
 }
 
 impl Value {
-    fn footprint(&self) -> usize {
+    /// Bytes of the value itself (a pointer's size if separated).
+    pub(crate) fn footprint(&self) -> usize {
         match self {
             Value::Inline(v) => v.len(),
             Value::Separated(_) => std::mem::size_of::<Pointer>(),

@@ -162,7 +162,13 @@ impl SortedStore {
     ) -> Result<()> {
         let old = self.load(st, iv, false)?;
         let rewrite = old.fragmented;
-        let mut bytes = Vec::with_capacity(old.size() + 256);
+        // Room for every update as a new record of its newest version, so the interval
+        // being rebuilt is not copied again as it grows.
+        let added: usize = ups
+            .iter()
+            .map(|u| u.key.len() + u.versions.first().map_or(0, |(_, v)| v.footprint()) + 32)
+            .sum();
+        let mut bytes = Vec::with_capacity(old.size() + added);
         let mut starts: Vec<u32> = Vec::with_capacity(old.len() + ups.len());
         let keep = |bytes: &mut Vec<u8>, starts: &mut Vec<u32>, rec: &[u8]| {
             starts.push(bytes.len() as u32);

@@ -54,6 +54,13 @@ impl Record<'_> {
             _ => body.len(),
         };
         put_varint(out, value_len as u64);
+        // One allocation at most for the rest (the committer encodes into fresh buffers).
+        let prior_len = if self.prior.is_some() {
+            Pointer::ENCODED_LEN
+        } else {
+            0
+        };
+        out.reserve(self.key.len() + value_len + prior_len + 4);
         out.extend_from_slice(self.key);
         match self.value {
             RecordValue::Separated(p) => p.encode(out),
