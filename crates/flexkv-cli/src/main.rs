@@ -288,6 +288,7 @@ fn run(cli: &Cli) -> CliResult {
                 ("intervals", s.intervals.into()),
                 ("index_bytes", s.index_bytes.into()),
                 ("space_live_bytes", s.space_live_bytes.into()),
+                ("space_extents", s.space_extents.into()),
                 ("keyspaces", db.keyspaces().len().into()),
             ];
             print_fields(out, fields, cli.json)?;

@@ -67,6 +67,8 @@ pub struct Stats {
     pub space_log_bytes: u64,
     /// Bytes of records the keyspaces hold.
     pub space_live_bytes: u64,
+    /// Extents the keyspaces' FlexSpaces map (an interval read takes one read per extent).
+    pub space_extents: u64,
     /// The longest time the committer held a keyspace's write lock, and the 99th
     /// percentile (to a power of two), in microseconds.
     pub lock_hold_max_micros: u64,
@@ -180,6 +182,7 @@ impl Inner {
             space_data_bytes: shapes.iter().map(|s| s.3.data_bytes_written).sum(),
             space_log_bytes: shapes.iter().map(|s| s.3.log_bytes_written).sum(),
             space_live_bytes: shapes.iter().map(|s| s.3.live_bytes).sum(),
+            space_extents: shapes.iter().map(|s| s.3.extents).sum(),
             lock_hold_max_micros: max_hold,
             lock_hold_p99_micros: p99_hold,
             vlog_live_bytes: usage.values().map(|u| u.live().min(u.total)).sum(),

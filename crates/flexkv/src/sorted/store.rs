@@ -224,7 +224,8 @@ impl SortedStore {
         let size =
             usize::try_from(iv.size).map_err(|_| self.corrupt(iv.offset, "huge interval"))?;
         let mut buf = vec![0; size];
-        space.read(iv.offset, &mut buf)?;
+        // Records carry their own checksums, which `parse` verifies.
+        space.read_self_checked(iv.offset, &mut buf)?;
         let mut l = Loaded::parse(buf).map_err(|(at, why)| {
             self.corrupt(
                 iv.offset + at as u64,
