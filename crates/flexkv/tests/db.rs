@@ -524,25 +524,32 @@ fn damaged_files_give_errors_or_correct_data_never_wrong_data() {
         want.insert(i.to_be_bytes().to_vec(), v);
     }
     db.close().unwrap();
-    let files: Vec<_> = base
-        .list(Path::new(DIR))
-        .unwrap()
+    // The database directory's files and the default keyspace's FlexSpace files.
+    let ks = Path::new(DIR).join("ks-00000000");
+    let files: Vec<_> = [Path::new(DIR), ks.as_path()]
         .into_iter()
-        .filter(|n| n != "LOCK")
+        .flat_map(|dir| {
+            let names = base.list(dir).unwrap();
+            names.into_iter().map(move |n| dir.join(n))
+        })
+        .filter(|p| !p.ends_with("LOCK") && !p.ends_with("flexspace.lock"))
         .collect();
+    assert!(
+        files.iter().any(|p| p.ends_with("flexspace.data")),
+        "{files:?}"
+    );
     let mut rng = rand::rngs::SmallRng::seed_from_u64(18);
     let (mut refused, mut opened) = (0, 0);
     for trial in 0..150 {
         let vfs = FaultVfs::new(trial);
         // Copy the database into a fresh file system.
-        vfs.create_dir_all(Path::new(DIR)).unwrap();
-        for name in &files {
-            let path = Path::new(DIR).join(name);
-            vfs.open(&path, OpenMode::CreateNew).unwrap();
-            vfs.set_contents(&path, base.contents(&path).unwrap())
+        vfs.create_dir_all(&ks).unwrap();
+        for path in &files {
+            vfs.open(path, OpenMode::CreateNew).unwrap();
+            vfs.set_contents(path, base.contents(path).unwrap())
                 .unwrap();
         }
-        let victim = Path::new(DIR).join(&files[trial as usize % files.len()]);
+        let victim = files[trial as usize % files.len()].clone();
         let mut bytes = vfs.contents(&victim).unwrap();
         if bytes.is_empty() {
             continue;
