@@ -271,7 +271,10 @@ pub fn run(args: &Args) {
     }
     let md = report::markdown(&report);
     let conf = report::configurations(&report);
-    println!("{md}\nConfiguration (compression off everywhere; same cache budget):\n{conf}");
+    println!(
+        "{md}\nConfiguration (compression off everywhere; same cache budget; every engine on \
+         mimalloc, C and C++ allocations included):\n{conf}"
+    );
     write_outputs(&args.out, &report, &md, &conf);
 }
 
@@ -290,7 +293,11 @@ fn write_outputs(out: &Path, report: &Report, md: &str, conf: &str) {
     write("compare.json", &json);
     write(
         "compare.md",
-        &format!("`{}`\n\n{md}\nConfiguration:\n\n{conf}", report.command),
+        &format!(
+            "`{}`\n\n{md}\nConfiguration (every engine on mimalloc, C and C++ allocations \
+             included):\n\n{conf}",
+            report.command
+        ),
     );
     write("compare.svg", &report::svg(report));
 }
