@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
 use super::history::{self, Version};
 use super::index::Interval;
@@ -24,6 +24,9 @@ use crate::Result;
 
 /// Keys applied per hold of the write lock (the paper releases it every 1,000 pairs).
 pub(crate) const SLICE: usize = 1000;
+/// The longest the committer holds a keyspace's write lock before it lets waiting
+/// readers in (it checks between intervals, so a hold can pass it by one interval).
+const SECTION: Duration = Duration::from_micros(200);
 /// An interval splits past this many bytes...
 pub(crate) const SPLIT_BYTES: usize = 16 << 10;
 /// ...or this many pairs, and two neighbours merge when together they are under both.
@@ -81,6 +84,17 @@ impl LockHolds {
     }
 }
 
+/// One interval's share of a slice, worked out under the shared lock.
+struct Plan<'u> {
+    /// The interval's key and size when it was loaded.
+    key: Vec<u8>,
+    size: u64,
+    old: Arc<Loaded>,
+    ups: &'u [Update],
+    /// What becomes of each update's record, in the order of `ups`.
+    outcomes: Vec<Outcome>,
+}
+
 /// What becomes of one key's record.
 enum Outcome {
     Keep,
@@ -89,17 +103,99 @@ enum Outcome {
 }
 
 impl SortedStore {
-    /// Applies `updates` (in key order) in slices, each under the write lock.
+    /// Applies `updates` (in key order) in slices of at most [`SLICE`] keys. Each slice is
+    /// worked out under an upgradable read lock, which readers pass: its intervals are
+    /// loaded (from the space, on a cache miss) and every key's versions resolved (history
+    /// written). Only then is the lock upgraded to write, for the changes to the space,
+    /// the index and the cache, so readers wait for the edits alone. No other writer can
+    /// change the store between the two steps (an upgradable read excludes them). An
+    /// error marks the store broken: the change may be half made.
     pub(crate) fn commit(&self, updates: impl Iterator<Item = Update>, cx: &Context) -> Result<()> {
         let mut updates = updates.peekable();
         while updates.peek().is_some() {
             let slice: Vec<Update> = updates.by_ref().take(SLICE).collect();
-            self.locked(cx.holds, |st| {
-                self.epoch.fetch_add(1, Ordering::SeqCst);
-                self.apply_slice(st, &slice, cx)
-            })?;
+            if let Err(e) = self.commit_slice(&slice, cx) {
+                self.broken.store(true, Ordering::Release);
+                return Err(e);
+            }
         }
         Ok(())
+    }
+
+    fn commit_slice(&self, slice: &[Update], cx: &Context) -> Result<()> {
+        let st = self.state.upgradable_read();
+        let mut plans = Vec::new();
+        let mut lingering = Vec::new();
+        let mut i = 0;
+        while i < slice.len() {
+            let iv = st.index.find(&slice[i].key);
+            let next = st.index.next(&iv.key).map(|n| n.key);
+            let n = slice[i..].partition_point(|u| next.as_ref().is_none_or(|k| *u.key < **k));
+            let ups = &slice[i..i + n];
+            let old = self.load(&st, &iv, false)?;
+            let outcomes = ups
+                .iter()
+                .map(|u| {
+                    let current = old
+                        .find(&u.key)
+                        .map(|j| Version::from_record(&old.record(j)));
+                    let mut linger = |seq: Option<u64>| {
+                        if seq.is_some() || st.lingering.contains_key(&u.key) {
+                            lingering.push((u.key.clone(), seq));
+                        }
+                    };
+                    self.resolve(&mut linger, &u.key, current, &u.versions, cx)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            plans.push(Plan {
+                key: iv.key,
+                size: iv.size,
+                old,
+                ups,
+                outcomes,
+            });
+            i += n;
+        }
+        // The edits go in short write sections: between two, the lock is downgraded (still
+        // excluding other writers) so readers waiting for it get in.
+        let mut st = RwLockUpgradableReadGuard::upgrade(st);
+        let mut t0 = Instant::now();
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        for (key, seq) in lingering {
+            match seq {
+                Some(seq) => st.lingering.insert(key, seq),
+                None => st.lingering.remove(&key),
+            };
+        }
+        for plan in plans {
+            if t0.elapsed() >= SECTION {
+                cx.holds.record(t0.elapsed());
+                let read = RwLockWriteGuard::downgrade_to_upgradable(st);
+                st = RwLockUpgradableReadGuard::upgrade(read);
+                t0 = Instant::now();
+                self.epoch.fetch_add(1, Ordering::SeqCst);
+            }
+            if let Err(e) = self.apply_plan(&mut st, plan) {
+                cx.holds.record(t0.elapsed());
+                return Err(e);
+            }
+        }
+        drop(st);
+        cx.holds.record(t0.elapsed());
+        Ok(())
+    }
+
+    /// Applies one interval's resolved updates. Its interval is found again: an earlier
+    /// interval of the slice may have merged with it (then it is loaded afresh; the
+    /// records of the keys being updated are the same, so their outcomes stand).
+    fn apply_plan(&self, st: &mut State, plan: Plan<'_>) -> Result<()> {
+        let iv = st.index.find(&plan.ups[0].key);
+        let old = if iv.key == plan.key && iv.size == plan.size {
+            plan.old
+        } else {
+            self.load(st, &iv, false)?
+        };
+        self.apply_interval(st, &iv, &old, plan.ups, plan.outcomes)
     }
 
     /// Runs `f` under the write lock and records how long it was held. An error marks
@@ -139,28 +235,16 @@ impl SortedStore {
         )
     }
 
-    fn apply_slice(&self, st: &mut State, slice: &[Update], cx: &Context) -> Result<()> {
-        let mut i = 0;
-        while i < slice.len() {
-            let iv = st.index.find(&slice[i].key);
-            let next = st.index.next(&iv.key).map(|n| n.key);
-            let n = slice[i..].partition_point(|u| next.as_ref().is_none_or(|k| *u.key < **k));
-            self.apply_interval(st, &iv, &slice[i..i + n], cx)?;
-            i += n;
-        }
-        Ok(())
-    }
-
     /// Applies the updates that fall in interval `iv`: record by record in place, or, if
     /// the interval is fragmented, by rewriting it whole (FlexDB's defragmentation).
     fn apply_interval(
         &self,
         st: &mut State,
         iv: &Interval,
+        old: &Loaded,
         ups: &[Update],
-        cx: &Context,
+        outcomes: Vec<Outcome>,
     ) -> Result<()> {
-        let old = self.load(st, iv, false)?;
         let rewrite = old.fragmented;
         // Room for every update as a new record of its newest version, so the interval
         // being rebuilt is not copied again as it grows.
@@ -178,7 +262,7 @@ impl SortedStore {
         let mut oi = 0;
         let mut shrank = false;
         let appended = old.len() > 0 && ups.iter().all(|u| *u.key > *old.key(old.len() - 1));
-        for u in ups {
+        for (u, outcome) in ups.iter().zip(outcomes) {
             while oi < old.len() && old.key(oi) < &u.key[..] {
                 let (s, e) = old.span(oi);
                 keep(&mut bytes, &mut starts, &old.bytes()[s..e]);
@@ -186,8 +270,6 @@ impl SortedStore {
                 oi += 1;
             }
             let existing = (oi < old.len() && old.key(oi) == &u.key[..]).then_some(oi);
-            let current = existing.map(|i| Version::from_record(&old.record(i)));
-            let outcome = self.resolve(st, &u.key, current, &u.versions, cx)?;
             let old_len = existing.map(|i| {
                 let (s, e) = old.span(i);
                 (e - s) as u64
@@ -262,9 +344,11 @@ impl SortedStore {
 
     /// Works out the record for `key` given its committed version and the new versions
     /// (newest first), writing history for every version a live snapshot may still read.
+    /// Whether `key`'s tombstone is kept for snapshots goes to `linger` (`Some(seq)`: kept
+    /// as of `seq`; `None`: not kept), for the caller to record under the write lock.
     fn resolve(
         &self,
-        st: &mut State,
+        linger: &mut impl FnMut(Option<u64>),
         key: &[u8],
         current: Option<Version>,
         versions: &[(u64, Value)],
@@ -282,7 +366,7 @@ impl SortedStore {
             // Nothing new (a replay, or a sweep): drop a tombstone no snapshot needs.
             return Ok(match current {
                 Some(c) if c.value == Value::Tombstone && !cx.snapshots.any_in(0, c.seq) => {
-                    st.lingering.remove(key);
+                    linger(None);
                     Outcome::Remove
                 }
                 _ => Outcome::Keep,
@@ -333,12 +417,12 @@ impl SortedStore {
             .fetch_add(1, Ordering::Relaxed);
         if newest.value == Value::Tombstone {
             if newest.prior.is_none() {
-                st.lingering.remove(key);
+                linger(None);
                 return Ok(Outcome::Remove);
             }
-            st.lingering.insert(key.into(), newest.seq);
+            linger(Some(newest.seq));
         } else {
-            st.lingering.remove(key);
+            linger(None);
         }
         let mut rec = Vec::new();
         newest.record(key).encode(&mut rec);
