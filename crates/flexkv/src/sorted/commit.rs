@@ -1,6 +1,7 @@
 //! The committer's work on one sorted keyspace (FlexDB §5.1–5.3): applying a frozen
-//! memtable's versions in key order, in place, an interval at a time, under the write
-//! lock taken in slices of at most [`SLICE`] keys; writing history for snapshots
+//! memtable's versions in key order, in place, an interval at a time, in slices of at
+//! most [`SLICE`] keys, each worked out under an upgradable read lock and applied in
+//! short write sections (see [`SortedStore::commit`]); writing history for snapshots
 //! (SkimpyFTL); splitting and merging intervals; keeping the head tags and the cache
 //! (write-through) in step.
 //!
@@ -22,7 +23,7 @@ use crate::mvcc::Snapshots;
 use crate::vlog::{Holder, ValueLog};
 use crate::Result;
 
-/// Keys applied per hold of the write lock (the paper releases it every 1,000 pairs).
+/// Keys worked out and applied per slice (the paper releases its lock every 1,000 pairs).
 pub(crate) const SLICE: usize = 1000;
 /// The longest the committer holds a keyspace's write lock before it lets waiting
 /// readers in (it checks between intervals, so a hold can pass it by one interval).
