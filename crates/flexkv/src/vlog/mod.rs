@@ -1,7 +1,7 @@
 //! The value log (WiscKey §3.2–3.4): large values written once, outside the keyspaces.
 //!
 //! Values at or above the separation threshold are appended, one record per value
-//! (key, sequence, value; see [`record`]), to numbered segment files
+//! (key, sequence, value; see the private `record` module), to numbered segment files
 //! `vlog-NNNNNNNN.seg`. The WAL and the memtable hold a [`Pointer`] instead of the value.
 //! The group-commit leader appends a whole group's records with one write (the buffering
 //! of WiscKey §3.4.1, without a second user-space buffer that reads would have to
@@ -11,13 +11,13 @@
 //! Invariants:
 //! - Only the active (highest-numbered) segment is appended to; a segment is synced
 //!   before the next one is created, so only the active segment can have a torn tail.
-//! - On open, the active segment is cut back to its last whole record ([`ValueLog::open`]);
+//! - On open, the active segment is cut back to its last whole record (`ValueLog::open`);
 //!   the WAL replay then drops entries that point past a segment's valid end.
 //! - Every read checks the header CRC, the payload CRC, the pointer's check value and the
 //!   key, and returns [`Error::Corruption`] on any mismatch.
 //!
-//! Every segment's bytes are accounted exactly, by who holds them ([`usage`]); GC
-//! ([`gc`](crate::db)) collects segments by those counts, relocating what is live.
+//! Every segment's bytes are accounted exactly, by who holds them (the private `usage`
+//! module); the database's GC collects segments by those counts, relocating what is live.
 
 mod record;
 mod usage;
