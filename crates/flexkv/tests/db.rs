@@ -510,6 +510,22 @@ fn wal_damage_before_the_tail_is_corruption_unless_a_prefix_is_accepted() {
     assert!(db.stats().wal_tail_cut);
 }
 
+/// Puts keys `0..n` (big-endian u32), key `i` with `len(i)` bytes of `i % 251`, one
+/// batch each; returns what was put.
+fn put_numbered(
+    db: &Db,
+    n: u32,
+    len: impl Fn(u32) -> usize,
+) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut want = std::collections::BTreeMap::new();
+    for i in 0..n {
+        let v = vec![(i % 251) as u8; len(i)];
+        db.put(&i.to_be_bytes(), &v).unwrap();
+        want.insert(i.to_be_bytes().to_vec(), v);
+    }
+    want
+}
+
 /// Flip or truncate bytes of every file kind: opening and reading give `Corruption` (or
 /// another clean error) or correct data, never a panic and never a wrong value.
 #[test]
@@ -517,12 +533,7 @@ fn damaged_files_give_errors_or_correct_data_never_wrong_data() {
     use rand::{Rng, SeedableRng};
     let base = FaultVfs::new(18);
     let db = open_small_values(&base);
-    let mut want = std::collections::BTreeMap::new();
-    for i in 0..60u32 {
-        let v = vec![(i % 251) as u8; if i % 3 == 0 { 100 } else { 5 }];
-        db.put(&i.to_be_bytes(), &v).unwrap();
-        want.insert(i.to_be_bytes().to_vec(), v);
-    }
+    let want = put_numbered(&db, 60, |i| if i % 3 == 0 { 100 } else { 5 });
     db.close().unwrap();
     // The database directory's files and the default keyspace's FlexSpace files.
     let ks = Path::new(DIR).join("ks-00000000");
@@ -612,12 +623,7 @@ fn damaged_files_give_errors_or_correct_data_never_wrong_data() {
 fn a_flipped_bit_in_the_keyspace_data_file_is_caught_by_the_records_checksums() {
     let base = FaultVfs::new(19);
     let db = open(&base);
-    let mut want = std::collections::BTreeMap::new();
-    for i in 0..60u32 {
-        let v = vec![(i % 251) as u8; 1 + (i as usize * 7) % 120];
-        db.put(&i.to_be_bytes(), &v).unwrap();
-        want.insert(i.to_be_bytes().to_vec(), v);
-    }
+    let want = put_numbered(&db, 60, |i| 1 + (i as usize * 7) % 120);
     db.close().unwrap();
     let ks = Path::new(DIR).join("ks-00000000");
     let data = ks.join("flexspace.data");
