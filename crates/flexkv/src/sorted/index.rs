@@ -380,11 +380,36 @@ impl SparseIndex {
         sizes.remove(j);
         self.len -= 1;
         self.remove_empty(path);
+        // A pivot that named the removed key (it began a subtree) must name the subtree's
+        // new first key, the removed key's successor: left as it was, keys between the
+        // two would be routed into that subtree and find no interval at or below them
+        // there.
+        if let Some(succ) = self.next(&next.key) {
+            self.repoint(&next.key, &succ.key);
+        }
         // The merged interval absorbs the bytes; later offsets are unchanged.
         let (path, _) = self.exact(key)?;
         let (leaf, j) = end(&path);
         self.leaf_mut(leaf).2[j] += next.size;
         Ok(())
+    }
+
+    /// Replaces the pivot `old`, if one is `old`, with `new` (which must sort between
+    /// that pivot's neighbours).
+    fn repoint(&mut self, old: &[u8], new: &[u8]) {
+        let mut id = self.root;
+        while let Node::Internal {
+            pivots, children, ..
+        } = &mut self.nodes[id]
+        {
+            let c = pivots.rank(old, true);
+            if c > 0 && pivots.get(c - 1) == old {
+                pivots.remove(c - 1);
+                pivots.insert(c - 1, new);
+                return;
+            }
+            id = children[c];
+        }
     }
 
     fn leaf_mut(&mut self, id: NodeId) -> LeafMut<'_> {
@@ -564,7 +589,9 @@ impl SparseIndex {
         self.check_node(self.root, None, None)
     }
 
-    /// Every key under `id` lies in `[lo, hi)`.
+    /// Every key under `id` lies in `[lo, hi)`, and the first is `lo` itself: a pivot
+    /// is its subtree's first key, so that every key routed into a subtree finds an
+    /// interval at or below it there.
     fn check_node(
         &self,
         id: NodeId,
@@ -573,6 +600,14 @@ impl SparseIndex {
     ) -> std::result::Result<(), String> {
         match &self.nodes[id] {
             Node::Leaf { keys, .. } => {
+                if let Some(l) = lo {
+                    if keys.is_empty() || keys.get(0) != l {
+                        return Err(format!(
+                            "leaf {id} begins at {:?}, but its pivot is {l:?}",
+                            keys.iter().next()
+                        ));
+                    }
+                }
                 for k in keys.iter() {
                     if lo.is_some_and(|l| k < l) || hi.is_some_and(|h| k >= h) {
                         return Err(format!("key {k:?} outside its pivots"));

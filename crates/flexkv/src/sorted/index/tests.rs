@@ -83,6 +83,7 @@ fn random_operations_match_a_model() {
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut ix = SparseIndex::with_fanout(4);
         let mut m: Vec<(Vec<u8>, u64)> = vec![(vec![], 0)];
+        let mut gone = Vec::new();
         for step in 0..1500 {
             let i = rng.random_range(0..m.len());
             let k = m[i].0.clone();
@@ -115,8 +116,9 @@ fn random_operations_match_a_model() {
                 _ => {
                     if i + 1 < m.len() {
                         ix.merge_next(&k).unwrap();
-                        let (_, s) = m.remove(i + 1);
+                        let (g, s) = m.remove(i + 1);
                         m[i].1 += s;
+                        gone.push(g);
                     }
                 }
             }
@@ -143,6 +145,20 @@ fn random_operations_match_a_model() {
                     ix.prev(&want[probe].key),
                     probe.checked_sub(1).map(|p| want[p].clone()),
                     "the interval before"
+                );
+            }
+            // Keys anywhere, those of intervals merged away included: each finds the
+            // interval with the greatest key at or below it.
+            for _ in 0..8 {
+                let probe = match rng.random_range(0..3) {
+                    0 if !gone.is_empty() => gone[rng.random_range(0..gone.len())].clone(),
+                    _ => key(rng.random()),
+                };
+                let at = want.partition_point(|iv| iv.key <= probe) - 1;
+                assert_eq!(
+                    ix.find(&probe),
+                    want[at],
+                    "seed {seed} step {step}: {probe:?}"
                 );
             }
             assert_eq!(ix.total(), want.iter().map(|i| i.size).sum::<u64>());
