@@ -187,3 +187,100 @@ fn snapshots_stay_consistent_while_writers_run() {
     assert!(s.commits >= 3, "the committer ran {} times", s.commits);
     assert!(s.history_records > 0, "no snapshot needed history: {s:?}");
 }
+
+/// Point reads at "now" that find their interval in the cache take no lock, while the
+/// committer splits, merges and empties intervals under them. Keys that always exist
+/// must always be found with a value of their own, keys never written never found, and
+/// keys inserted and deleted again must read as absent or as one of their own values.
+#[test]
+fn point_reads_stay_right_while_intervals_split_and_merge() {
+    const KEYS: u32 = 600;
+    const ROUNDS: u32 = 12;
+    let key = |i: u32, kind: u8| format!("k{i:05}{kind}").into_bytes();
+    // A value names its key, so a read that lands in the wrong interval or a stale
+    // piece of one is caught, and its length varies so records move.
+    let value = |k: &[u8], n: u32| -> Vec<u8> {
+        let mut v = k.to_vec();
+        v.resize(k.len() + 20 + (n as usize * 37) % 700, b'.');
+        v
+    };
+    let owns = |k: &[u8], v: &[u8]| v.starts_with(k) && v[k.len()..].iter().all(|&b| b == b'.');
+    let vfs = FaultVfs::new(4);
+    let db = Db::builder(DIR)
+        .vfs(vfs.shared())
+        .value_threshold(4096)
+        .memtable_size(32 << 10)
+        .open()
+        .unwrap();
+    let mut b = WriteBatch::new();
+    for i in 0..KEYS {
+        let k = key(i, 0);
+        b.put(&db.default_keyspace(), &k, &value(&k, i)).unwrap();
+    }
+    db.write(b).unwrap();
+    let done = AtomicBool::new(false);
+    let (intervals_min, intervals_max) = std::thread::scope(|s| {
+        let (db, done) = (&db, &done);
+        // Rewrites the lasting keys with values of new sizes.
+        let rewriter = s.spawn(move || {
+            for n in 1..=ROUNDS {
+                for i in (0..KEYS).step_by(3) {
+                    let k = key(i, 0);
+                    db.put(&k, &value(&k, n * 7 + i)).unwrap();
+                }
+            }
+        });
+        // Fills the gaps between lasting keys with large values (splits), then deletes
+        // them all (merges, and intervals left empty).
+        let churner = s.spawn(move || {
+            for n in 0..ROUNDS {
+                for i in 0..KEYS {
+                    let k = key(i, 1);
+                    db.put(&k, &value(&k, n + i)).unwrap();
+                }
+                for i in 0..KEYS {
+                    db.delete(&key(i, 1)).unwrap();
+                }
+            }
+        });
+        let readers: Vec<_> = (0..2u32)
+            .map(|r| {
+                s.spawn(move || {
+                    let mut i = r;
+                    let (mut lo, mut hi) = (u64::MAX, 0);
+                    while !done.load(Ordering::Relaxed) {
+                        i = (i + 7919) % KEYS;
+                        let k = key(i, 0);
+                        let v = db.get(&k).unwrap().unwrap_or_else(|| panic!("{k:?} lost"));
+                        assert!(owns(&k, &v), "{k:?} read another key's value");
+                        let k = key(i, 1);
+                        if let Some(v) = db.get(&k).unwrap() {
+                            assert!(owns(&k, &v), "{k:?} read another key's value");
+                        }
+                        let k = key(i, 2);
+                        assert_eq!(db.get(&k).unwrap(), None, "{k:?} was never written");
+                        if i % 64 == 0 {
+                            let n = db.stats().intervals;
+                            (lo, hi) = (lo.min(n), hi.max(n));
+                        }
+                    }
+                    (lo, hi)
+                })
+            })
+            .collect();
+        rewriter.join().unwrap();
+        churner.join().unwrap();
+        done.store(true, Ordering::Relaxed);
+        readers
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .fold((u64::MAX, 0), |(lo, hi), (l, h)| (lo.min(l), hi.max(h)))
+    });
+    let s = db.stats();
+    assert!(s.cache_hits > 1000, "reads did not use the cache: {s:?}");
+    assert!(
+        intervals_max >= 2 * intervals_min,
+        "intervals went only from {intervals_min} to {intervals_max}: too few splits and merges"
+    );
+    db.check().unwrap();
+}

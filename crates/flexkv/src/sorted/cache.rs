@@ -3,34 +3,91 @@
 //! interval it changes back in its new form), so a cached interval always equals the
 //! bytes in the FlexSpace.
 //!
-//! Entries are keyed by the interval's index key. The committer, which alone changes
-//! intervals, replaces or removes the entries of the intervals it changes, splits or
-//! merges while it holds the keyspace's write lock; readers fill misses while holding
-//! the read lock, so what they insert is current.
+//! Entries are keyed by the interval's index key and also record where the interval
+//! ends (the next interval's key), so a point read can find the interval holding a key
+//! from the cache alone, without the keyspace's lock ([`IntervalCache::covering`]): it
+//! takes the entry with the greatest key at or below the one sought and uses it only if
+//! the key is below the entry's end. That is what lets reads go on while the committer
+//! holds the lock to edit the space and the index.
+//!
+//! Why a lock-free read is right: the committer changes an interval only by replacing
+//! its entry (in place, split, merged), and it publishes every change before the frozen
+//! memtable that caused it leaves the memtable list. A reader looks in the memtables
+//! first, so a key whose record is being changed is found there; for every other key,
+//! the old entry and the new one hold the same record. What readers must never find is
+//! an entry claiming a range it does not hold, so:
+//! - an entry's end may be *below* the true end (a reader then falls back to the locked
+//!   path), never above: when an interval splits, its entry is replaced by the narrower
+//!   one, and when intervals merge, the absorbed interval's entry goes;
+//! - entries are added and removed only under the ring's mutex, by the committer (under
+//!   the keyspace's write lock) or by a reader filling a miss (under its read lock, so
+//!   what it inserts is current).
+//!   [`SortedStore::check`](super::SortedStore::check) verifies every entry against the
+//!   index and the space.
 
-use std::collections::HashMap;
-
-use foldhash::fast::RandomState;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use crossbeam_skiplist::SkipMap;
+use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use super::interval::Loaded;
 
-struct Slot {
+/// Bytes of bookkeeping per entry beyond its interval and keys (the skip-list node, the
+/// ring slot), for the budget.
+const PER_ENTRY: usize = 128;
+
+/// Interval keys up to this long are held in the skip list's nodes: a lookup compares
+/// keys at every level, and a key behind a pointer costs a cache miss per comparison.
+const INLINE_KEY: usize = 24;
+
+type MapKey = SmallVec<[u8; INLINE_KEY]>;
+
+/// One cached interval.
+#[derive(Debug)]
+pub(crate) struct Entry {
     key: Box<[u8]>,
+    /// The next interval's key (`None`: the last interval), or a key below it.
+    end: Option<Box<[u8]>>,
     interval: Arc<Loaded>,
-    referenced: bool,
+    referenced: AtomicBool,
+    slot: usize,
 }
 
-/// A CLOCK cache of intervals with a byte budget.
-pub(crate) struct IntervalCache {
-    capacity: usize,
+impl Entry {
+    fn footprint(&self) -> usize {
+        PER_ENTRY
+            + 2 * self.key.len()
+            + self.end.as_ref().map_or(0, |e| e.len())
+            + self.interval.footprint()
+    }
+
+    fn holds(&self, key: &[u8]) -> bool {
+        *self.key <= *key && self.end.as_deref().is_none_or(|e| key < e)
+    }
+
+    /// The interval's key and end, and the interval.
+    pub(crate) fn parts(&self) -> (&[u8], Option<&[u8]>, &Arc<Loaded>) {
+        (&self.key, self.end.as_deref(), &self.interval)
+    }
+}
+
+/// The CLOCK ring and the byte count; every change to the map happens under it.
+#[derive(Default)]
+struct Ring {
     used: usize,
-    /// Hashed with foldhash (seeded per map, so keys cannot be chosen to collide):
-    /// SipHash was a tenth of a cached point read.
-    map: HashMap<Box<[u8]>, usize, RandomState>,
-    slots: Vec<Option<Slot>>,
+    slots: Vec<Option<Arc<Entry>>>,
     free: Vec<usize>,
     hand: usize,
+}
+
+/// A CLOCK cache of intervals with a byte budget, readable without a lock.
+pub(crate) struct IntervalCache {
+    capacity: usize,
+    map: SkipMap<MapKey, Arc<Entry>>,
+    ring: Mutex<Ring>,
 }
 
 impl IntervalCache {
@@ -38,64 +95,87 @@ impl IntervalCache {
     pub(crate) fn new(capacity: usize) -> Self {
         IntervalCache {
             capacity,
-            used: 0,
-            map: HashMap::default(),
-            slots: Vec::new(),
-            free: Vec::new(),
-            hand: 0,
+            map: SkipMap::new(),
+            ring: Mutex::new(Ring::default()),
         }
     }
 
     /// The cached interval keyed `key`, marked recently used.
-    pub(crate) fn get(&mut self, key: &[u8]) -> Option<Arc<Loaded>> {
-        let &slot = self.map.get(key)?;
-        let s = self.slots[slot]
-            .as_mut()
-            .unwrap_or_else(|| unreachable!("the map points at live slots"));
-        s.referenced = true;
-        Some(Arc::clone(&s.interval))
+    pub(crate) fn get(&self, key: &[u8]) -> Option<Arc<Loaded>> {
+        let e = self.map.get(key)?;
+        Some(use_entry(e.value()))
     }
 
-    /// Caches `interval` under `key`, replacing what was there and evicting by CLOCK
-    /// until the budget holds. An interval larger than the whole budget is not kept.
-    pub(crate) fn put(&mut self, key: &[u8], interval: Arc<Loaded>) {
-        self.remove(key);
-        let size = interval.footprint();
+    /// The cached interval that holds `key`, if the cache knows it (marked recently
+    /// used). Needs no lock: see the [module documentation](self).
+    pub(crate) fn covering(&self, key: &[u8]) -> Option<Arc<Loaded>> {
+        let e = self.map.upper_bound(Bound::Included(key))?;
+        let entry = e.value();
+        entry.holds(key).then(|| use_entry(entry))
+    }
+
+    /// Caches `interval` under `key`, ending at `end` (the next interval's key),
+    /// replacing what was there and evicting by CLOCK until the budget holds. An
+    /// interval larger than the whole budget is not kept.
+    pub(crate) fn put(&self, key: &[u8], end: Option<&[u8]>, interval: Arc<Loaded>) {
+        let mut ring = self.ring.lock();
+        let mut entry = Entry {
+            key: key.into(),
+            end: end.map(Box::from),
+            interval,
+            referenced: AtomicBool::new(false),
+            slot: 0,
+        };
+        let size = entry.footprint();
         if size > self.capacity {
+            self.remove_locked(&mut ring, key);
             return;
         }
-        while self.used + size > self.capacity {
-            self.evict_one();
+        let old = self.map.get(key).map(|e| Arc::clone(e.value()));
+        if let Some(old) = &old {
+            ring.used -= old.footprint();
         }
-        let slot = Slot {
-            key: key.into(),
-            interval,
-            referenced: false,
+        while ring.used + size > self.capacity {
+            self.evict_one(&mut ring, key);
+        }
+        entry.slot = match &old {
+            Some(old) => old.slot,
+            None => ring.free.pop().unwrap_or_else(|| {
+                ring.slots.push(None);
+                ring.slots.len() - 1
+            }),
         };
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.slots[id] = Some(slot);
-                id
-            }
-            None => {
-                self.slots.push(Some(slot));
-                self.slots.len() - 1
-            }
-        };
-        self.map.insert(key.into(), id);
-        self.used += size;
+        let entry = Arc::new(entry);
+        ring.slots[entry.slot] = Some(Arc::clone(&entry));
+        ring.used += size;
+        // Replaces an entry of the same key in one step.
+        self.map.insert(MapKey::from_slice(key), entry);
     }
 
     /// Drops the entry keyed `key`, if there is one.
-    pub(crate) fn remove(&mut self, key: &[u8]) {
-        if let Some(id) = self.map.remove(key) {
-            self.drop_slot(id);
+    pub(crate) fn remove(&self, key: &[u8]) {
+        let mut ring = self.ring.lock();
+        self.remove_locked(&mut ring, key);
+    }
+
+    fn remove_locked(&self, ring: &mut Ring, key: &[u8]) {
+        if let Some(e) = self.map.remove(key) {
+            let entry = e.value();
+            ring.used -= entry.footprint();
+            ring.slots[entry.slot] = None;
+            ring.free.push(entry.slot);
         }
     }
 
     /// Bytes held.
     pub(crate) fn used(&self) -> usize {
-        self.used
+        self.ring.lock().used
+    }
+
+    /// Every entry, in key order.
+    pub(crate) fn entries(&self) -> Vec<Arc<Entry>> {
+        let _ring = self.ring.lock();
+        self.map.iter().map(|e| Arc::clone(e.value())).collect()
     }
 
     /// Intervals held.
@@ -104,32 +184,34 @@ impl IntervalCache {
         self.map.len()
     }
 
-    fn drop_slot(&mut self, id: usize) {
-        if let Some(s) = self.slots[id].take() {
-            self.used -= s.interval.footprint();
-            self.free.push(id);
-        }
-    }
-
     /// Advances the hand: a referenced entry gets a second chance, the first one that
-    /// is not goes.
-    fn evict_one(&mut self) {
-        debug_assert!(!self.map.is_empty(), "evicting from an empty cache");
+    /// is not goes. The entry keyed `keep` (being replaced) is not counted: its bytes
+    /// were taken off already.
+    fn evict_one(&self, ring: &mut Ring, keep: &[u8]) {
+        debug_assert!(ring.used > 0, "evicting from an empty cache");
         loop {
-            self.hand = (self.hand + 1) % self.slots.len();
-            let Some(s) = self.slots[self.hand].as_mut() else {
+            ring.hand = (ring.hand + 1) % ring.slots.len();
+            let Some(s) = ring.slots[ring.hand].as_ref() else {
                 continue;
             };
-            if s.referenced {
-                s.referenced = false;
+            if *s.key == *keep {
+                continue;
+            }
+            if s.referenced.swap(false, Ordering::Relaxed) {
                 continue;
             }
             let key = s.key.clone();
-            self.map.remove(&key);
-            self.drop_slot(self.hand);
+            self.remove_locked(ring, &key);
             return;
         }
     }
+}
+
+fn use_entry(entry: &Entry) -> Arc<Loaded> {
+    if !entry.referenced.load(Ordering::Relaxed) {
+        entry.referenced.store(true, Ordering::Relaxed);
+    }
+    Arc::clone(&entry.interval)
 }
 
 #[cfg(test)]
@@ -151,34 +233,67 @@ mod tests {
         Arc::new(Loaded::parse(buf).unwrap())
     }
 
+    /// What one entry keyed `key` with no end costs.
+    fn cost(key: &[u8], n: usize) -> usize {
+        PER_ENTRY + 2 * key.len() + interval(n).footprint()
+    }
+
     #[test]
     fn the_budget_holds_and_clock_spares_what_was_used() {
-        let one = interval(4).footprint();
-        let mut c = IntervalCache::new(3 * one);
+        let one = cost(b"a", 4);
+        let c = IntervalCache::new(3 * one);
         for k in [b"a", b"b", b"c"] {
-            c.put(k, interval(4));
+            c.put(k, None, interval(4));
         }
         assert_eq!((c.len(), c.used()), (3, 3 * one));
         assert!(c.get(b"a").is_some()); // a gets a second chance
-        c.put(b"d", interval(4));
+        c.put(b"d", None, interval(4));
         assert_eq!(c.len(), 3);
         assert!(c.used() <= 3 * one);
         assert!(c.get(b"a").is_some(), "the referenced entry survived");
         assert!(c.get(b"b").is_none(), "the first unreferenced entry went");
-        c.put(b"a", interval(2)); // replacing keeps one entry per key
+        c.put(b"a", None, interval(2)); // replacing keeps one entry per key
         assert_eq!(c.len(), 3);
+        assert_eq!(c.used(), 2 * one + cost(b"a", 2));
         c.remove(b"a");
         assert!(c.get(b"a").is_none());
-        assert_eq!(c.len(), 2);
+        assert_eq!((c.len(), c.used()), (2, 2 * one));
+    }
+
+    #[test]
+    fn replacing_an_entry_in_a_full_cache_evicts_others_not_itself() {
+        let one = cost(b"a", 4);
+        let c = IntervalCache::new(2 * one);
+        c.put(b"a", None, interval(4));
+        c.put(b"b", None, interval(4));
+        c.put(b"a", None, interval(5));
+        assert!(c.get(b"a").is_some_and(|l| l.len() == 5));
+        assert!(c.get(b"b").is_none(), "b made room for the bigger a");
+        assert_eq!(c.used(), cost(b"a", 5));
     }
 
     #[test]
     fn a_zero_budget_or_a_huge_interval_caches_nothing() {
-        let mut c = IntervalCache::new(0);
-        c.put(b"a", interval(1));
+        let c = IntervalCache::new(0);
+        c.put(b"a", None, interval(1));
         assert!(c.get(b"a").is_none());
-        let mut c = IntervalCache::new(interval(2).footprint());
-        c.put(b"big", interval(40));
+        let c = IntervalCache::new(cost(b"big", 2));
+        c.put(b"big", None, interval(40));
         assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn covering_uses_an_entry_only_below_its_end() {
+        let c = IntervalCache::new(1 << 20);
+        c.put(b"", Some(b"f"), interval(1));
+        c.put(b"m", None, interval(2));
+        assert_eq!(c.covering(b"").map(|l| l.len()), Some(1));
+        assert_eq!(c.covering(b"egg").map(|l| l.len()), Some(1));
+        assert!(c.covering(b"f").is_none(), "f..m is not cached");
+        assert!(c.covering(b"kiwi").is_none());
+        assert_eq!(c.covering(b"m").map(|l| l.len()), Some(2));
+        assert_eq!(c.covering(b"zebra").map(|l| l.len()), Some(2));
+        c.remove(b"");
+        assert!(c.covering(b"egg").is_none());
     }
 }

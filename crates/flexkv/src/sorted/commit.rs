@@ -447,20 +447,25 @@ impl SortedStore {
         shrank: bool,
         appended: bool,
     ) -> Result<()> {
+        // The cache's entries change so that a reader without the lock never finds one
+        // claiming keys it does not hold (see the cache's documentation): a merged
+        // interval's entry is replaced before the absorbed one's goes.
         if new.len() == 0 {
-            self.cache.lock().remove(&iv.key);
             if iv.key.is_empty() {
-                self.cache.lock().put(&iv.key, Arc::new(new));
+                self.cache_put(st, &iv.key, Arc::new(new));
             } else if let Some(next) = st.index.next(&iv.key) {
                 // The empty interval takes over its neighbour (its key is below all of
                 // the neighbour's), whose head tag stays where it is.
                 st.index.merge_next(&iv.key)?;
-                let mut cache = self.cache.lock();
-                if let Some(l) = cache.get(&next.key) {
-                    cache.remove(&next.key);
-                    cache.put(&iv.key, l);
+                match self.cache.get(&next.key) {
+                    Some(l) => self.cache_put(st, &iv.key, l),
+                    None => self.cache.remove(&iv.key),
                 }
+                self.cache.remove(&next.key);
             } else {
+                // The previous interval's entry keeps its end: below the true one, so
+                // it stays right.
+                self.cache.remove(&iv.key);
                 let prev = st
                     .index
                     .prev(&iv.key)
@@ -482,15 +487,14 @@ impl SortedStore {
                     if new.len() + other.len() <= SPLIT_PAIRS {
                         st.index.merge_next(&iv.key)?;
                         st.space.set_tag(next.offset, 0)?;
-                        let mut cache = self.cache.lock();
-                        cache.remove(&next.key);
-                        cache.put(&iv.key, Arc::new(new.concat(&other)));
+                        self.cache_put(st, &iv.key, Arc::new(new.concat(&other)));
+                        self.cache.remove(&next.key);
                         return Ok(());
                     }
                 }
             }
         }
-        self.cache.lock().put(&iv.key, Arc::new(new));
+        self.cache_put(st, &iv.key, Arc::new(new));
         Ok(())
     }
 
@@ -519,21 +523,25 @@ impl SortedStore {
             count += 1;
             bytes += e - s;
         }
-        cuts.push(n);
-        let mut key = iv.key.clone();
+        let mut key: &[u8] = &iv.key;
         let mut first = 0;
-        let mut cache = self.cache.lock();
         for &cut in &cuts {
-            if cut < n {
-                let at = (new.span(cut).0 - new.span(first).0) as u64;
-                st.index.split(&key, at, new.key(cut))?;
-                st.space.set_tag(iv.offset + new.span(cut).0 as u64, HEAD)?;
-            }
-            cache.put(&key, Arc::new(new.slice(first..cut)));
-            if cut < n {
-                key = new.key(cut).to_vec();
-            }
+            let at = (new.span(cut).0 - new.span(first).0) as u64;
+            st.index.split(key, at, new.key(cut))?;
+            st.space.set_tag(iv.offset + new.span(cut).0 as u64, HEAD)?;
+            key = new.key(cut);
             first = cut;
+        }
+        // The pieces are cached last first, so that until the first piece replaces the
+        // whole interval's entry, a reader of its keys finds a right one.
+        let end = st.index.next(key).map(|n| n.key);
+        let mut end = end.as_deref();
+        let mut last = n;
+        for &cut in cuts.iter().rev().chain([&0]) {
+            let key = if cut == 0 { &iv.key[..] } else { new.key(cut) };
+            let piece = Arc::new(new.slice(cut..last));
+            self.cache.put(key, end, piece);
+            (end, last) = (Some(key), cut);
         }
         Ok(())
     }

@@ -2,9 +2,11 @@
 //! FlexSpace of its own; the volatile sparse index over its intervals; the interval
 //! cache; and the reads. The committer's side is in `commit.rs`.
 //!
-//! Locking (§5.3): the space and the index sit under one reader-writer lock. Readers
-//! take it shared for one interval at a time and never across calls; the committer
-//! takes it exclusively in slices. Every slice bumps [`SortedStore::epoch`] first, so a
+//! Locking (§5.3): the space and the index sit under one reader-writer lock. A point
+//! read whose key falls in a cached interval takes no lock at all (the cache is a
+//! concurrent map; `cache.rs` says why that is safe); other reads take the lock shared
+//! for one interval at a time and never across calls; the committer takes it
+//! exclusively in slices. Every slice bumps [`SortedStore::epoch`] first, so a
 //! reader holding records from an earlier epoch knows to seek again by key.
 //!
 //! Invariants: intervals partition the space at record boundaries; each interval's
@@ -18,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 
 use super::cache::IntervalCache;
 use super::history::Version;
@@ -70,7 +72,7 @@ pub(crate) struct SortedStore {
     pub(crate) ks: KeyspaceId,
     pub(crate) dir: PathBuf,
     pub(crate) state: RwLock<State>,
-    pub(crate) cache: Mutex<IntervalCache>,
+    pub(crate) cache: IntervalCache,
     /// Bumped at the start of every change the committer makes.
     pub(crate) epoch: AtomicU64,
     /// Set when a commit failed halfway: the index may no longer match the space.
@@ -126,7 +128,7 @@ impl SortedStore {
                 index,
                 lingering: BTreeMap::new(),
             }),
-            cache: Mutex::new(IntervalCache::new(opts.cache_bytes)),
+            cache: IntervalCache::new(opts.cache_bytes),
             epoch: AtomicU64::new(0),
             broken: AtomicBool::new(false),
             counters: StoreCounters::default(),
@@ -140,12 +142,22 @@ impl SortedStore {
         Ok(())
     }
 
-    /// The newest committed version of `key`, tombstones included.
+    /// The newest committed version of `key`, tombstones included. A key whose interval
+    /// is cached is read without the lock (see the cache's documentation), so it does
+    /// not wait for the committer.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Version>> {
         self.usable()?;
-        let st = self.state.read();
-        let iv = st.index.find(key);
-        let loaded = self.load(&st, &iv, true)?;
+        let loaded = match self.cache.covering(key) {
+            Some(l) => {
+                self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+                l
+            }
+            None => {
+                let st = self.state.read();
+                let iv = st.index.find(key);
+                self.load(&st, &iv, true)?
+            }
+        };
         Ok(loaded
             .find(key)
             .map(|i| Version::from_record(&loaded.record(i))))
@@ -207,16 +219,22 @@ impl SortedStore {
 
     /// The interval `iv`, from the cache or the space (then cached if `cache`).
     pub(crate) fn load(&self, st: &State, iv: &Interval, cache: bool) -> Result<Arc<Loaded>> {
-        if let Some(l) = self.cache.lock().get(&iv.key) {
+        if let Some(l) = self.cache.get(&iv.key) {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(l);
         }
         self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         let l = Arc::new(self.read_interval(&st.space, iv)?);
         if cache {
-            self.cache.lock().put(&iv.key, Arc::clone(&l));
+            self.cache_put(st, &iv.key, Arc::clone(&l));
         }
         Ok(l)
+    }
+
+    /// Caches `l` as the interval keyed `key`, ending where the index says it ends.
+    pub(crate) fn cache_put(&self, st: &State, key: &[u8], l: Arc<Loaded>) {
+        let end = st.index.next(key).map(|n| n.key);
+        self.cache.put(key, end.as_deref(), l);
     }
 
     /// Reads and verifies interval `iv` from the space.
@@ -258,7 +276,7 @@ impl SortedStore {
         (
             st.index.len() as u64,
             st.index.memory_bytes() as u64,
-            self.cache.lock().used() as u64,
+            self.cache.used() as u64,
             st.space.stats(),
         )
     }
@@ -297,6 +315,33 @@ impl SortedStore {
                     separated.push((Box::from(r.key), p));
                 }
                 records += 1;
+            }
+        }
+        // Every cached interval is what the space holds, under an index key, ending
+        // at or below where the index says it ends.
+        for entry in self.cache.entries() {
+            let (key, end, l) = entry.parts();
+            let iv = st.index.find(key);
+            if iv.key != key {
+                return Err(fail(format!(
+                    "the cache holds {key:?}, not an interval's key"
+                )));
+            }
+            let next = st.index.next(key).map(|n| n.key);
+            let too_far = match (end, next.as_deref()) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(e), Some(n)) => e > n,
+            };
+            if too_far {
+                return Err(fail(format!(
+                    "the cache has interval {key:?} ending at {end:?}, the index at {next:?}"
+                )));
+            }
+            if l.bytes() != self.read_interval(&st.space, &iv)?.bytes() {
+                return Err(fail(format!(
+                    "cached interval {key:?} differs from the space"
+                )));
             }
         }
         // Every tag marks a record's start. (Not only heads: an index rebuilt with a
@@ -389,9 +434,8 @@ impl SortedStore {
         let starts = (0..loaded.len()).map(|j| loaded.span(j).0 as u32).collect();
         let mut fresh = Loaded::from_parts(bytes, starts);
         fresh.fragmented = loaded.fragmented;
-        let mut cache = self.cache.lock();
-        if cache.get(&iv.key).is_some() {
-            cache.put(&iv.key, Arc::new(fresh));
+        if self.cache.get(&iv.key).is_some() {
+            self.cache_put(st, &iv.key, Arc::new(fresh));
         }
         Ok(true)
     }
