@@ -329,14 +329,40 @@ impl StoreBuf {
 
 /// One memtable as an iterator reads it. What a memtable holds at or below the
 /// iterator's sequence never changes (a batch goes into the memtable that was active
-/// when its sequence was handed out, before that sequence becomes visible), so the
-/// next entry found stays right until the iterator passes its key: each memtable is
-/// searched once per entry it contributes, not once per step.
+/// when its sequence was handed out, before that sequence becomes visible), so entries
+/// found ahead of the iterator stay right until it passes them. Going forward, one
+/// search finds the next several (a walk along the skip list after it), twice as
+/// many each time up to [`MEM_AHEAD`], so a scan through many memtable entries does
+/// not search from the top for each; going backward, one at a time.
 #[derive(Debug)]
 struct MemHead {
     table: Arc<crate::memtable::Memtable>,
-    /// `None`: to be searched; `Some(None)`: nothing more in this direction.
-    next: Option<Option<(Box<[u8]>, Value)>>,
+    /// Entries found ahead in the iterator's direction, nearest first.
+    ahead: VecDeque<(Box<[u8]>, Value)>,
+    /// The memtable may hold more past `ahead` (searched once `ahead` is empty).
+    more: bool,
+    /// How many entries the next search finds.
+    batch: usize,
+}
+
+/// Entries a memtable search finds ahead of an iterator at first...
+const MEM_AHEAD_FIRST: usize = 4;
+/// ...and at most.
+const MEM_AHEAD: usize = 64;
+
+impl MemHead {
+    fn new(table: Arc<crate::memtable::Memtable>) -> Self {
+        MemHead {
+            table,
+            ahead: VecDeque::new(),
+            more: true,
+            batch: MEM_AHEAD_FIRST,
+        }
+    }
+
+    fn front_key(&self) -> Option<&[u8]> {
+        self.ahead.front().map(|(k, _)| &**k)
+    }
 }
 
 /// Separated values an iterator reads one by one before it starts reading ahead.
@@ -409,29 +435,33 @@ impl Iter {
             let mut old = std::mem::take(&mut self.mems);
             self.mems = tables
                 .into_iter()
-                .map(|table| {
-                    let next = old
-                        .iter_mut()
-                        .find(|m| Arc::ptr_eq(&m.table, &table))
-                        .and_then(|m| m.next.take());
-                    MemHead { table, next }
-                })
+                .map(
+                    |table| match old.iter().position(|m| Arc::ptr_eq(&m.table, &table)) {
+                        Some(i) => old.swap_remove(i),
+                        None => MemHead::new(table),
+                    },
+                )
                 .collect();
             self.mems_generation = Some(generation);
         }
         if self.mems_forward != forward {
-            self.mems.iter_mut().for_each(|m| m.next = None);
+            for m in &mut self.mems {
+                *m = MemHead::new(Arc::clone(&m.table));
+            }
             self.mems_forward = forward;
         }
         let (ks, seq) = (self.ks, self.guard.seq);
         for m in &mut self.mems {
-            if m.next.is_none() {
-                let found = if forward {
-                    m.table.next_at(ks, as_ref(&self.lo), seq)
+            if m.ahead.is_empty() && m.more {
+                if forward {
+                    let from = as_ref(&self.lo);
+                    m.more = m.table.next_run_at(ks, from, seq, m.batch, &mut m.ahead);
+                    m.batch = (m.batch * 2).min(MEM_AHEAD);
                 } else {
-                    m.table.prev_at(ks, as_ref(&self.hi), seq)
-                };
-                m.next = Some(found.map(|(k, _, v)| (k, v)));
+                    let found = m.table.prev_at(ks, as_ref(&self.hi), seq);
+                    m.more = found.is_some();
+                    m.ahead.extend(found.map(|(k, _, v)| (k, v)));
+                }
             }
         }
     }
@@ -546,8 +576,8 @@ impl Iter {
         // The nearest memtable entry; on a tie the newer memtable's.
         let mut best: Option<(usize, &[u8])> = None;
         for (i, m) in self.mems.iter().enumerate() {
-            if let Some(Some((k, _))) = &m.next {
-                let better = best.is_none_or(|(_, b)| if forward { **k < *b } else { **k > *b });
+            if let Some(k) = m.front_key() {
+                let better = best.is_none_or(|(_, b)| if forward { k < b } else { k > b });
                 if better {
                     best = Some((i, k));
                 }
@@ -562,7 +592,7 @@ impl Iter {
             (Some((_, m)), Some(s)) => (if forward { m <= s } else { m >= s }, m == s),
         };
         let (key, value) = if let (true, Some((i, _))) = (take_mem, mem) {
-            let Some(Some((k, v))) = self.mems[i].next.take() else {
+            let Some((k, v)) = self.mems[i].ahead.pop_front() else {
                 unreachable!("chosen because present")
             };
             if same {
@@ -580,8 +610,8 @@ impl Iter {
         };
         // Older memtables' versions of the same key are passed with it.
         for m in &mut self.mems {
-            if matches!(&m.next, Some(Some((k, _))) if *k == key) {
-                m.next = None;
+            if m.front_key() == Some(&key) {
+                m.ahead.pop_front();
             }
         }
         let key = key.into_vec();

@@ -6,12 +6,14 @@
 //! readers never block writers. A version is never changed once inserted; a later batch
 //! adds a newer version, so snapshot reads are exact.
 //!
-//! Iteration seeks from the last key returned ([`Memtable::next_at`], O(log n)), so an
-//! iterator holds no borrow or lock between calls and sees inserts made after it started
-//! only if their sequence is at or below its own (never, for a sequence already visible):
-//! what one seek found stays the answer until the iterator passes it.
+//! Iteration seeks from the last key returned ([`Memtable::next_run_at`], one O(log n)
+//! search for the next several keys), so an iterator holds no borrow or lock between
+//! calls and sees inserts made after it started only if their sequence is at or below
+//! its own (never, for a sequence already visible): what one seek found stays the
+//! answer until the iterator passes it.
 
 use std::cmp::Ordering;
+use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
@@ -325,36 +327,47 @@ impl Memtable {
         (k.ks == ks && *k.key == *key).then(|| (k.seq, e.value().clone()))
     }
 
-    /// The first key after `from` (in key order, within `ks`) that has a version at or
-    /// below `at`, with that version. Tombstones are returned: a caller merging with
-    /// older data needs them to hide it.
-    pub(crate) fn next_at(
+    /// Appends to `out`, in key order, the keys after `from` (within `ks`) that have a
+    /// version at or below `at`, each with the newest such version, until `out` holds
+    /// `limit` entries; returns whether the memtable may hold more past them. One
+    /// search, then a walk along the list: an iterator asks for its next several
+    /// entries at once instead of searching from the top for each one. Tombstones
+    /// are returned: a caller merging with older data needs them to hide it.
+    pub(crate) fn next_run_at(
         &self,
         ks: KeyspaceId,
         from: Bound<&[u8]>,
         at: u64,
-    ) -> Option<(Box<[u8]>, u64, Value)> {
-        let mut probe = match from {
+        limit: usize,
+        out: &mut VecDeque<(Box<[u8]>, Value)>,
+    ) -> bool {
+        let probe = match from {
             Bound::Included(k) => Bound::Included(MemKey::new(ks, k, u64::MAX)),
             Bound::Excluded(k) => Bound::Excluded(MemKey::new(ks, k, 0)),
             Bound::Unbounded => Bound::Included(MemKey::new(ks, &[], u64::MAX)),
         };
-        loop {
-            let e = self.map.lower_bound(probe.as_ref())?;
-            let k = e.key();
+        let mut e = self.map.lower_bound(probe.as_ref());
+        while let Some(entry) = e {
+            let k = entry.key();
             if k.ks != ks {
-                return None;
+                return false;
             }
-            if k.seq <= at {
-                return Some((k.key.as_slice().into(), k.seq, e.value().clone()));
+            // Versions of a key come newest first: the first at or below `at` is the
+            // one, and the rest of the key's versions are passed.
+            let taken = out.back().is_some_and(|(last, _)| **last == *k.key);
+            if k.seq <= at && !taken {
+                if out.len() == limit {
+                    return true;
+                }
+                out.push_back((k.key.as_slice().into(), entry.value().clone()));
             }
-            // Every version seen so far is too new: jump to the newest one we may see.
-            probe = Bound::Included(MemKey::new(ks, &k.key, at));
+            e = entry.next();
         }
+        false
     }
 
     /// The last key before `to` (in key order, within `ks`) that has a version at or
-    /// below `at`, with that version; tombstones included, as for [`Memtable::next_at`].
+    /// below `at`, with that version; tombstones included, as for [`Memtable::next_run_at`].
     pub(crate) fn prev_at(
         &self,
         ks: KeyspaceId,
@@ -425,11 +438,28 @@ mod tests {
         m.insert(0, b"c", 4, Value::Tombstone);
         m.insert(0, b"c", 6, inline(b"c6"));
         m.insert(1, b"a", 1, inline(b"x"));
-        let fwd = |from: Bound<&[u8]>| m.next_at(0, from, 5).map(|(k, s, _)| (k.to_vec(), s));
-        assert_eq!(fwd(Bound::Unbounded), Some((b"a".to_vec(), 3)));
-        assert_eq!(fwd(Bound::Excluded(b"a")), Some((b"c".to_vec(), 4)));
-        assert_eq!(fwd(Bound::Included(b"c")), Some((b"c".to_vec(), 4)));
-        assert_eq!(fwd(Bound::Excluded(b"c")), None);
+        let fwd = |ks, from: Bound<&[u8]>, limit| {
+            let mut out = VecDeque::new();
+            let more = m.next_run_at(ks, from, 5, limit, &mut out);
+            let got: Vec<_> = out.into_iter().map(|(k, v)| (k.to_vec(), v)).collect();
+            (got, more)
+        };
+        let (a3, c4) = (
+            (b"a".to_vec(), inline(b"a3")),
+            (b"c".to_vec(), Value::Tombstone),
+        );
+        assert_eq!(
+            fwd(0, Bound::Unbounded, 9),
+            (vec![a3.clone(), c4.clone()], false)
+        );
+        assert_eq!(fwd(0, Bound::Unbounded, 1), (vec![a3], true), "c is left");
+        assert_eq!(fwd(0, Bound::Excluded(b"a"), 9), (vec![c4.clone()], false));
+        assert_eq!(fwd(0, Bound::Included(b"c"), 1), (vec![c4], false));
+        assert_eq!(fwd(0, Bound::Excluded(b"c"), 9), (vec![], false));
+        assert_eq!(
+            fwd(1, Bound::Unbounded, 9),
+            (vec![(b"a".to_vec(), inline(b"x"))], false)
+        );
         let back = |to: Bound<&[u8]>| m.prev_at(0, to, 5).map(|(k, s, _)| (k.to_vec(), s));
         assert_eq!(back(Bound::Unbounded), Some((b"c".to_vec(), 4)));
         assert_eq!(back(Bound::Excluded(b"c")), Some((b"a".to_vec(), 3)));
