@@ -1,4 +1,6 @@
-//! flexkv through its public API: `Buffered` write batches, `Db::sync` at phase end.
+//! flexkv through its public API: `Buffered` write batches, `Db::sync` at phase end,
+//! and `Db::check` before closing (untimed), so a run that left the store damaged
+//! fails instead of reporting figures.
 
 use std::path::Path;
 
@@ -55,6 +57,8 @@ impl Engine for Flexkv {
     fn close(self: Box<Self>) -> EngineResult {
         let Flexkv { db, ks } = *self;
         drop(ks);
+        db.check()
+            .map_err(|e| format!("flexkv's check after the run failed: {e}"))?;
         db.close().map_err(text)
     }
 }
