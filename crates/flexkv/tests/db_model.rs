@@ -110,11 +110,15 @@ impl World {
     fn open(vfs: &FaultVfs) -> (Db, Vec<Keyspace>) {
         // Memtables this small fill every few operations, so every case commits to
         // the sorted keyspaces many times, and small FlexSpace segments make their
-        // garbage collection run too.
+        // garbage collection run too. Intervals of at most 2 pairs and index nodes of
+        // 4 entries make the few hundred keys of a case an index of several levels,
+        // which splits and merges keep changing.
         let db = Db::builder(DIR)
             .vfs(vfs.shared())
             .value_threshold(32)
             .memtable_size(4 << 10)
+            .interval_pairs(2)
+            .index_fanout(4)
             .space_options(small_space())
             .open()
             .unwrap();

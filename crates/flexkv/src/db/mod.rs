@@ -717,6 +717,8 @@ fn open_store(opts: &Options, dir: &Path, id: KeyspaceId) -> Result<SortedStore>
         StoreOptions {
             cache_bytes: opts.cache_bytes,
             recovery_step: opts.recovery_step,
+            index_fanout: opts.index_fanout,
+            split_pairs: opts.interval_pairs,
             space: opts.space,
         },
     )

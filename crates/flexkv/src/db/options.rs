@@ -60,6 +60,8 @@ pub struct Options {
     pub(crate) cache_bytes: usize,
     pub(crate) commit_interval: std::time::Duration,
     pub(crate) recovery_step: u64,
+    pub(crate) index_fanout: usize,
+    pub(crate) interval_pairs: usize,
     pub(crate) space: crate::space::SpaceOptions,
     pub(crate) gc: GcOptions,
 }
@@ -136,6 +138,8 @@ impl Default for Options {
             cache_bytes: 256 << 20,
             commit_interval: std::time::Duration::from_secs(5),
             recovery_step: 16 << 10,
+            index_fanout: crate::sorted::index::FANOUT,
+            interval_pairs: crate::sorted::commit::SPLIT_PAIRS,
             space: crate::space::SpaceOptions::default(),
             gc: GcOptions::default(),
         }
@@ -224,6 +228,23 @@ impl Builder {
     /// open faster and leave larger intervals, which split again as they are written.
     pub fn recovery_step(mut self, bytes: u64) -> Self {
         self.opts.recovery_step = bytes;
+        self
+    }
+
+    /// Entries per sparse-index node (default 64; at least 4). For tests: small nodes
+    /// make a modest keyspace's index several levels deep, so its node splits, merges
+    /// and pivots are exercised (hidden).
+    #[doc(hidden)]
+    pub fn index_fanout(mut self, entries: usize) -> Self {
+        self.opts.index_fanout = entries;
+        self
+    }
+
+    /// Pairs past which a sorted keyspace's interval splits (default 16; at least 2).
+    /// For tests: small intervals make a few hundred keys many intervals (hidden).
+    #[doc(hidden)]
+    pub fn interval_pairs(mut self, pairs: usize) -> Self {
+        self.opts.interval_pairs = pairs;
         self
     }
 

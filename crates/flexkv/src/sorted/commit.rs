@@ -30,7 +30,8 @@ pub(crate) const SLICE: usize = 1000;
 const SECTION: Duration = Duration::from_micros(200);
 /// An interval splits past this many bytes...
 pub(crate) const SPLIT_BYTES: usize = 16 << 10;
-/// ...or this many pairs, and two neighbours merge when together they are under both.
+/// ...or this many pairs (the default of `SortedStore::split_pairs`), and two
+/// neighbours merge when together they are under both.
 pub(crate) const SPLIT_PAIRS: usize = 16;
 
 /// The versions of one key to commit, newest first (empty: only tidy the record up).
@@ -477,14 +478,14 @@ impl SortedStore {
         if st.space.tag(iv.offset) != Some(HEAD) {
             st.space.set_tag(iv.offset, HEAD)?;
         }
-        if new.len() > SPLIT_PAIRS || (new.size() > SPLIT_BYTES && new.len() > 1) {
+        if new.len() > self.split_pairs || (new.size() > SPLIT_BYTES && new.len() > 1) {
             return self.split(st, iv, new, appended);
         }
-        if shrank && new.len() < SPLIT_PAIRS {
+        if shrank && new.len() < self.split_pairs {
             if let Some(next) = st.index.next(&iv.key) {
                 if new.size() + next.size as usize <= SPLIT_BYTES {
                     let other = self.load(st, &next, false)?;
-                    if new.len() + other.len() <= SPLIT_PAIRS {
+                    if new.len() + other.len() <= self.split_pairs {
                         st.index.merge_next(&iv.key)?;
                         st.space.set_tag(next.offset, 0)?;
                         self.cache_put(st, &iv.key, Arc::new(new.concat(&other)));
@@ -498,17 +499,17 @@ impl SortedStore {
         Ok(())
     }
 
-    /// Splits an interval that outgrew [`SPLIT_PAIRS`] or [`SPLIT_BYTES`] into even
+    /// Splits an interval that outgrew `split_pairs` or [`SPLIT_BYTES`] into even
     /// pieces, or, when the updates all went past its end (a sequential load), into
     /// full pieces and a remainder, so a load leaves full intervals behind it.
     fn split(&self, st: &mut State, iv: &Interval, new: Loaded, appended: bool) -> Result<()> {
         let n = new.len();
         let pieces = n
-            .div_ceil(SPLIT_PAIRS)
+            .div_ceil(self.split_pairs)
             .max(new.size().div_ceil(SPLIT_BYTES))
             .max(2);
         let target = if appended {
-            SPLIT_PAIRS
+            self.split_pairs
         } else {
             n.div_ceil(pieces)
         };

@@ -25,7 +25,7 @@ use keys::Keys;
 type NodeId = usize;
 
 /// Entries per leaf and children per internal node before a split.
-const FANOUT: usize = 64;
+pub(crate) const FANOUT: usize = 64;
 
 /// One interval as the index sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]

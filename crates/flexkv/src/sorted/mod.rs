@@ -6,7 +6,7 @@
 mod cache;
 pub(crate) mod commit;
 pub(crate) mod history;
-mod index;
+pub(crate) mod index;
 mod interval;
 mod record;
 pub(crate) mod store;

@@ -45,6 +45,10 @@ pub(crate) struct StoreOptions {
     /// (0: every head), merging the intervals in between (split again as they are
     /// written).
     pub(crate) recovery_step: u64,
+    /// Entries per sparse-index node.
+    pub(crate) index_fanout: usize,
+    /// Pairs past which an interval splits.
+    pub(crate) split_pairs: usize,
     /// The FlexSpace's options.
     pub(crate) space: SpaceOptions,
 }
@@ -78,6 +82,8 @@ pub(crate) struct SortedStore {
     /// Set when a commit failed halfway: the index may no longer match the space.
     pub(crate) broken: AtomicBool,
     pub(crate) counters: StoreCounters,
+    /// An interval splits past this many pairs (at least 2).
+    pub(crate) split_pairs: usize,
 }
 
 impl std::fmt::Debug for SortedStore {
@@ -119,7 +125,7 @@ impl SortedStore {
         opts: StoreOptions,
     ) -> Result<SortedStore> {
         let space = FlexSpace::open(vfs, dir, opts.space)?;
-        let index = rebuild_index(&space, dir, opts.recovery_step)?;
+        let index = rebuild_index(&space, dir, opts.recovery_step, opts.index_fanout)?;
         Ok(SortedStore {
             ks,
             dir: dir.to_path_buf(),
@@ -132,6 +138,7 @@ impl SortedStore {
             epoch: AtomicU64::new(0),
             broken: AtomicBool::new(false),
             counters: StoreCounters::default(),
+            split_pairs: opts.split_pairs.max(2),
         })
     }
 
@@ -447,9 +454,9 @@ impl SortedStore {
 }
 
 /// Builds the sparse index from the tagged interval heads, reading the key at each one
-/// at least `step` bytes after the previous one read.
-fn rebuild_index(space: &FlexSpace, dir: &Path, step: u64) -> Result<SparseIndex> {
-    let mut index = SparseIndex::new();
+/// at least `step` bytes after the previous one read, into nodes of `fanout` entries.
+fn rebuild_index(space: &FlexSpace, dir: &Path, step: u64, fanout: usize) -> Result<SparseIndex> {
+    let mut index = SparseIndex::with_fanout(fanout);
     let total = space.len();
     let grow = i64::try_from(total).map_err(|_| Error::corruption(dir, 0, "space too large"))?;
     index.resize(&[], grow)?;
