@@ -34,6 +34,10 @@ fn open(vfs: &FaultVfs) -> flexkv::Result<Db> {
         .wal_segment_size(64 << 10)
         .vlog_segment_size(64 << 10)
         .memtable_size(4 << 10)
+        // Many small intervals in a deep index: splits, merges and pivots at every
+        // crash point.
+        .interval_pairs(4)
+        .index_fanout(4)
         .space_options(small_space())
         .open()
 }
