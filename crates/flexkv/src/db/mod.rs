@@ -171,6 +171,8 @@ pub(crate) struct Inner {
     signal: Signal,
     committer: Mutex<Option<std::thread::JoinHandle<()>>>,
     commit_error: Mutex<Option<Error>>,
+    /// The WAL record of a group being built, kept between groups (the leader's).
+    wal_payload: Mutex<Vec<u8>>,
     holds: LockHolds,
     handles: AtomicU64,
     /// Serializes [`Db::flush`] calls.
@@ -324,6 +326,7 @@ impl Db {
             signal: Signal::default(),
             committer: Mutex::new(None),
             commit_error: Mutex::new(None),
+            wal_payload: Mutex::new(Vec::new()),
             holds: LockHolds::default(),
             handles: AtomicU64::new(0),
             flushing: Mutex::new(()),

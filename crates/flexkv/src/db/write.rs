@@ -223,7 +223,8 @@ impl Inner {
         } else {
             self.vlog.append(&separated)?
         };
-        let mut payload = Vec::new();
+        let mut payload = self.wal_payload.lock();
+        payload.clear();
         format::encode_group_header(&mut payload, self.sync.durable(), first, group.len() as u32);
         let mut next_ptr = ptrs.iter();
         for (_, req) in group {
@@ -248,6 +249,7 @@ impl Inner {
             format::encode_batch(&mut payload, ops.collect::<Vec<_>>().into_iter());
         }
         self.wal.append(&payload)?;
+        crate::wal::keep_reusable(&mut payload);
         self.stats.groups.fetch_add(1, Ordering::Relaxed);
         self.stats
             .grouped_batches

@@ -180,3 +180,15 @@ fn segments_roll_and_recover_in_order() {
     let (_, r) = recover(&vfs, 0, false).unwrap();
     assert_eq!(seqs(&r), (1..=20).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_reused_buffer_is_emptied_and_a_huge_one_freed() {
+    let mut buf = Vec::with_capacity(1 << 20);
+    buf.extend_from_slice(b"record");
+    keep_reusable(&mut buf);
+    assert!(buf.is_empty());
+    assert!(buf.capacity() >= 1 << 20, "a group-sized buffer is kept");
+    let mut huge = vec![0u8; REUSED_BUFFER_MAX + 1];
+    keep_reusable(&mut huge);
+    assert_eq!(huge.capacity(), 0, "an outgrown buffer is freed");
+}
