@@ -67,8 +67,10 @@ impl Inner {
             Role::Lead(me, group) => self.lead(me, group)?,
         };
         let seq = written.seq;
-        if written.entries.len() > 1 {
-            // A batch that wrote a key twice: the first value is garbage now.
+        let any_separated = || (written.entries.iter()).any(|(_, _, v)| separated(v).is_some());
+        if written.entries.len() > 1 && any_separated() {
+            // A batch that wrote a key twice: the first value is garbage now (only a
+            // separated one needs telling the value log).
             let ops = (written.entries.iter()).map(|(ks, k, v)| (*ks, &k[..], separated(v)));
             for (p, key_len) in replaced_in_batch(ops) {
                 self.vlog.hold(&p, key_len, Some(Holder::Memory), None);
