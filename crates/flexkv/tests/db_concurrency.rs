@@ -4,6 +4,9 @@
 //! reads go through history chains.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::{named_value, names, open_churning};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -197,21 +200,11 @@ fn point_reads_stay_right_while_intervals_split_and_merge() {
     const KEYS: u32 = 600;
     const ROUNDS: u32 = 12;
     let key = |i: u32, kind: u8| format!("k{i:05}{kind}").into_bytes();
-    // A value names its key, so a read that lands in the wrong interval or a stale
-    // piece of one is caught, and its length varies so records move.
-    let value = |k: &[u8], n: u32| -> Vec<u8> {
-        let mut v = k.to_vec();
-        v.resize(k.len() + 20 + (n as usize * 37) % 700, b'.');
-        v
-    };
-    let owns = |k: &[u8], v: &[u8]| v.starts_with(k) && v[k.len()..].iter().all(|&b| b == b'.');
+    // Values name their keys, so a read that lands in the wrong interval or a stale
+    // piece of one is caught, and their lengths vary so records move.
+    let (value, owns) = (named_value, names);
     let vfs = FaultVfs::new(4);
-    let db = Db::builder(DIR)
-        .vfs(vfs.shared())
-        .value_threshold(4096)
-        .memtable_size(32 << 10)
-        .open()
-        .unwrap();
+    let db = open_churning(&vfs);
     let mut b = WriteBatch::new();
     for i in 0..KEYS {
         let k = key(i, 0);

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
-use common::small_space;
+use common::{named_value, open_churning, small_space};
 
 use std::time::Instant;
 
@@ -280,18 +280,9 @@ fn merges_at_the_start_of_an_index_leaf_keep_lookups_right() {
 fn leaf_start_merges(seed: u64) {
     const KEYS: u32 = 600;
     let key = |i: u32, gap: bool| format!("k{i:05}{}", u8::from(gap)).into_bytes();
-    let value = |k: &[u8], n: u32| -> Vec<u8> {
-        let mut v = k.to_vec();
-        v.resize(k.len() + 20 + (n as usize * 37) % 700, b'.');
-        v
-    };
+    let value = named_value;
     let vfs = FaultVfs::new(5);
-    let db = Db::builder(DIR)
-        .vfs(vfs.shared())
-        .value_threshold(4096)
-        .memtable_size(32 << 10)
-        .open()
-        .unwrap();
+    let db = open_churning(&vfs);
     let mut model = std::collections::BTreeMap::new();
     for i in 0..KEYS {
         let (k, v) = (key(i, false), value(&key(i, false), i));
