@@ -154,6 +154,10 @@ impl PartialEq for MemKey {
 
 impl Eq for MemKey {}
 
+/// Versions an iterator's search walks past one by one before it searches past the
+/// rest of them instead.
+const WALK_PAST: usize = 8;
+
 /// Per-entry bookkeeping the skip list adds, for the size estimate.
 const ENTRY_OVERHEAD: usize = 64;
 
@@ -347,6 +351,7 @@ impl Memtable {
             Bound::Unbounded => Bound::Included(MemKey::new(ks, &[], u64::MAX)),
         };
         let mut e = self.map.lower_bound(probe.as_ref());
+        let mut passed = 0;
         while let Some(entry) = e {
             let k = entry.key();
             if k.ks != ks {
@@ -360,8 +365,23 @@ impl Memtable {
                     return true;
                 }
                 out.push_back((k.key.as_slice().into(), entry.value().clone()));
+                passed = 0;
+                e = entry.next();
+            } else if passed < WALK_PAST {
+                passed += 1;
+                e = entry.next();
+            } else {
+                // A hot key's many versions: a search jumps past them (to the first
+                // version we may see, or past the key), as walking would take one step
+                // per version.
+                passed = 0;
+                let jump = if taken {
+                    Bound::Excluded(MemKey::new(ks, &k.key, 0))
+                } else {
+                    Bound::Included(MemKey::new(ks, &k.key, at))
+                };
+                e = self.map.lower_bound(jump.as_ref());
             }
-            e = entry.next();
         }
         false
     }
@@ -470,6 +490,25 @@ mod tests {
                 .map(|(k, _, _)| k.to_vec()),
             Some(b"a".to_vec())
         );
+        // Hot keys: more versions than a search walks past, too new and too old.
+        let m = Memtable::default();
+        for seq in 10..40 {
+            m.insert(0, b"hot", seq, inline(b"new"));
+        }
+        m.insert(0, b"hot", 4, inline(b"hot4"));
+        for seq in 1..=30 {
+            m.insert(0, b"old", seq, inline(format!("old{seq}").as_bytes()));
+        }
+        m.insert(0, b"z", 2, inline(b"z2"));
+        let mut out = VecDeque::new();
+        assert!(!m.next_run_at(0, Bound::Unbounded, 5, 9, &mut out));
+        let got: Vec<_> = out.into_iter().map(|(k, v)| (k.to_vec(), v)).collect();
+        let want = [
+            (b"hot".to_vec(), inline(b"hot4")),
+            (b"old".to_vec(), inline(b"old5")),
+            (b"z".to_vec(), inline(b"z2")),
+        ];
+        assert_eq!(got, want);
     }
 
     #[test]
