@@ -335,11 +335,9 @@ impl SortedStore {
                 )));
             }
             let next = st.index.next(key).map(|n| n.key);
-            let too_far = match (end, next.as_deref()) {
-                (_, None) => false,
-                (None, Some(_)) => true,
-                (Some(e), Some(n)) => e > n,
-            };
+            // No end means "to the end of the keyspace", so it is too far unless this
+            // is the last interval.
+            let too_far = next.as_deref().is_some_and(|n| end.is_none_or(|e| e > n));
             if too_far {
                 return Err(fail(format!(
                     "the cache has interval {key:?} ending at {end:?}, the index at {next:?}"
