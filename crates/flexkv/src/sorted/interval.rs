@@ -1,7 +1,8 @@
 //! One interval of the sorted keyspace in memory: its bytes as the FlexSpace holds them,
 //! where each record starts, and a 16-bit fingerprint of each key (FlexDB §5.2), so a
 //! point lookup compares keys only where the fingerprints match and a seek is a binary
-//! search over the record starts.
+//! search over the record starts. Where each key lies within its record is kept too, so
+//! a key is a slice, not a header to decode, however often a search or a scan asks.
 //!
 //! Invariants (checked by [`Loaded::parse`], which every interval read from the space
 //! goes through): the bytes are whole records back to back, each with a good checksum,
@@ -10,7 +11,7 @@
 use super::record::{peek_key, Record};
 
 /// Bytes of bookkeeping per record, for the cache's size accounting.
-const PER_RECORD: usize = 6;
+const PER_RECORD: usize = 9;
 /// Bytes of bookkeeping per interval.
 const PER_INTERVAL: usize = 96;
 
@@ -20,6 +21,10 @@ pub(crate) struct Loaded {
     bytes: Vec<u8>,
     starts: Vec<u32>,
     fps: Vec<u16>,
+    /// Where each key begins within its record (after the header, at most 31 bytes)...
+    key_offs: Vec<u8>,
+    /// ...and its length (keys are at most `MAX_KEY_LEN`, 4 KiB).
+    key_lens: Vec<u16>,
     /// Spread over more extents than half its records (FlexDB §5.2): rewrite it whole
     /// on its next update.
     pub(crate) fragmented: bool,
@@ -36,38 +41,50 @@ impl Loaded {
     /// interval) and what is wrong there.
     pub(crate) fn parse(bytes: Vec<u8>) -> Result<Loaded, (usize, String)> {
         let mut starts = Vec::new();
-        let mut fps = Vec::new();
-        let mut at = 0;
         let mut last: Option<&[u8]> = None;
+        let mut at = 0;
         while at < bytes.len() {
             let (r, n) = Record::decode(&bytes[at..]).map_err(|e| (at, e.to_string()))?;
             if last.is_some_and(|l| l >= r.key) {
                 return Err((at, "record keys are not in increasing order".into()));
             }
+            if r.key.len() > usize::from(u16::MAX) {
+                return Err((at, "a key longer than flexkv writes".into()));
+            }
             last = Some(r.key);
             starts.push(to_u32(at));
-            fps.push(fingerprint(r.key));
             at += n;
         }
-        Ok(Loaded {
-            starts,
-            fps,
-            fragmented: false,
-            bytes,
-        })
+        Ok(Loaded::from_parts(bytes, starts))
     }
 
     /// Builds an interval from records already encoded back to back (by the committer,
     /// which made them): `starts` are where each begins.
     pub(crate) fn from_parts(bytes: Vec<u8>, starts: Vec<u32>) -> Loaded {
-        let fps = starts
-            .iter()
-            .map(|&s| fingerprint(key_at(&bytes, s as usize)))
-            .collect();
+        let n = starts.len();
+        let (mut fps, mut key_offs, mut key_lens) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for &s in &starts {
+            let rec = &bytes[s as usize..];
+            let key = match peek_key(rec) {
+                Ok(k) => k,
+                Err(_) => unreachable!("records are verified before they become an interval"),
+            };
+            fps.push(fingerprint(key));
+            let off = key.as_ptr() as usize - rec.as_ptr() as usize;
+            key_offs.push(u8::try_from(off).unwrap_or_else(|_| unreachable!("headers are short")));
+            key_lens
+                .push(u16::try_from(key.len()).unwrap_or_else(|_| unreachable!("keys are short")));
+        }
         Loaded {
             bytes,
             starts,
             fps,
+            key_offs,
+            key_lens,
             fragmented: false,
         }
     }
@@ -85,7 +102,9 @@ impl Loaded {
                 .iter()
                 .map(|s| s - base)
                 .collect(),
-            fps: self.fps[range].to_vec(),
+            fps: self.fps[range.clone()].to_vec(),
+            key_offs: self.key_offs[range.clone()].to_vec(),
+            key_lens: self.key_lens[range].to_vec(),
             fragmented: false,
         }
     }
@@ -99,10 +118,16 @@ impl Loaded {
         starts.extend(next.starts.iter().map(|s| s + base));
         let mut fps = self.fps.clone();
         fps.extend_from_slice(&next.fps);
+        let mut key_offs = self.key_offs.clone();
+        key_offs.extend_from_slice(&next.key_offs);
+        let mut key_lens = self.key_lens.clone();
+        key_lens.extend_from_slice(&next.key_lens);
         Loaded {
             bytes,
             starts,
             fps,
+            key_offs,
+            key_lens,
             fragmented: false,
         }
     }
@@ -134,13 +159,14 @@ impl Loaded {
 
     /// The key of record `i`.
     pub(crate) fn key(&self, i: usize) -> &[u8] {
-        key_at(&self.bytes, self.starts[i] as usize)
+        let at = self.starts[i] as usize + usize::from(self.key_offs[i]);
+        &self.bytes[at..at + usize::from(self.key_lens[i])]
     }
 
     /// Record `i`.
     pub(crate) fn record(&self, i: usize) -> Record<'_> {
         let (start, end) = self.span(i);
-        match Record::decode(&self.bytes[start..end]) {
+        match Record::decode_verified(&self.bytes[start..end]) {
             Ok((r, _)) => r,
             Err(e) => unreachable!("record {i} was verified when the interval was built: {e}"),
         }
@@ -173,13 +199,6 @@ impl Loaded {
     /// Bytes of memory this interval takes, for the cache's budget.
     pub(crate) fn footprint(&self) -> usize {
         PER_INTERVAL + self.bytes.len() + PER_RECORD * self.starts.len()
-    }
-}
-
-fn key_at(bytes: &[u8], start: usize) -> &[u8] {
-    match peek_key(&bytes[start..]) {
-        Ok(k) => k,
-        Err(_) => unreachable!("a verified record has a whole header"),
     }
 }
 

@@ -77,6 +77,16 @@ impl Record<'_> {
     /// Decodes the record at the start of `buf`; returns it and its length. `Err` says
     /// why the bytes are not a whole record.
     pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), &'static str> {
+        Self::decode_checked(buf, true)
+    }
+
+    /// [`Record::decode`] of bytes whose checksum was verified already (an interval in
+    /// memory): the same checks but the checksum's.
+    pub(crate) fn decode_verified(buf: &[u8]) -> Result<(Record<'_>, usize), &'static str> {
+        Self::decode_checked(buf, false)
+    }
+
+    fn decode_checked(buf: &[u8], crc: bool) -> Result<(Record<'_>, usize), &'static str> {
         let flags = *buf.first().ok_or("record cut short")?;
         if flags & !KNOWN != 0 || flags & (TOMBSTONE | SEPARATED) == TOMBSTONE | SEPARATED {
             return Err("unknown record flags");
@@ -97,7 +107,7 @@ impl Record<'_> {
             .ok_or("record length overflows")?;
         let total = end.checked_add(4).ok_or("record length overflows")?;
         let whole = buf.get(..total).ok_or("record cut short")?;
-        if crc32c::crc32c(&whole[..end]) != get_u32(whole, end) {
+        if crc && crc32c::crc32c(&whole[..end]) != get_u32(whole, end) {
             return Err("record checksum mismatch");
         }
         let key = &whole[at..at + key_len];
