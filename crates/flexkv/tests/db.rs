@@ -266,6 +266,16 @@ fn iterators_go_both_ways_within_bounds() {
         it.next().is_none() && it.next_back().is_none(),
         "the ends met"
     );
+    let mut it = db.iter();
+    assert_eq!(it.next().unwrap().unwrap().0, b"a");
+    assert_eq!(it.next_ref().unwrap().unwrap().0, b"ab");
+    assert_eq!(it.next_back_ref().unwrap().unwrap().0, b"c");
+    assert_eq!(it.next_back().unwrap().unwrap().0, b"b");
+    assert_eq!(it.next_back_ref().unwrap().unwrap().0, b"abc");
+    assert!(
+        it.next_back().is_none() && it.next().is_none(),
+        "the ends met going back"
+    );
     let (k, v) = db.prefix(b"abc").next().unwrap().unwrap();
     assert_eq!((k, v), kv("abc", &format!("v-abc-{}", "x".repeat(24))));
 }

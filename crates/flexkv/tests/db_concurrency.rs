@@ -277,3 +277,112 @@ fn point_reads_stay_right_while_intervals_split_and_merge() {
     );
     db.check().unwrap();
 }
+
+/// Scans read cached intervals without the lock (checking the store's epoch) while the
+/// committer splits, merges and empties them. Every batch rewrites all lasting keys
+/// with one stamp and either inserts or deletes all churning keys, so a scan must see
+/// one batch whole: every lasting key with the same stamp, the churning keys all there
+/// (stamped alike) or all gone, keys in order, each value its own key's.
+#[test]
+fn scans_see_one_batch_while_intervals_split_and_merge() {
+    const KEYS: u32 = 300;
+    const BATCHES: u32 = 60;
+    let key = |i: u32, kind: u8| format!("k{i:05}{kind}").into_bytes();
+    let value = |k: &[u8], n: u32, i: u32| {
+        let mut v = n.to_be_bytes().to_vec();
+        v.extend(named_value(k, n * 13 + i));
+        v
+    };
+    let batch = |db: &Db, n: u32| {
+        let ks = db.default_keyspace();
+        let mut b = WriteBatch::new();
+        b.durability(flexkv::Durability::Buffered);
+        for i in 0..KEYS {
+            let k = key(i, 0);
+            b.put(&ks, &k, &value(&k, n, i)).unwrap();
+            let k = key(i, 1);
+            if n % 2 == 1 {
+                b.put(&ks, &k, &value(&k, n, i)).unwrap();
+            } else {
+                b.delete(&ks, &k).unwrap();
+            }
+        }
+        b
+    };
+    let vfs = FaultVfs::new(5);
+    // Small intervals, and a cache too small for all of them: scans walk across cached
+    // neighbours, stop at gaps and fall back to the lock.
+    let db = Db::builder("/db")
+        .vfs(vfs.shared())
+        .memtable_size(32 << 10)
+        .interval_pairs(4)
+        .cache_bytes(64 << 10)
+        .open()
+        .unwrap();
+    db.write(batch(&db, 0)).unwrap();
+    let done = AtomicBool::new(false);
+    let scans = std::thread::scope(|s| {
+        let (db, done) = (&db, &done);
+        let writer = s.spawn(move || {
+            for n in 1..=BATCHES {
+                db.write(batch(db, n)).unwrap();
+            }
+        });
+        let readers: Vec<_> = (0..2u32)
+            .map(|r| {
+                s.spawn(move || {
+                    let mut scans = 0u32;
+                    while !done.load(Ordering::Relaxed) || scans < 20 {
+                        let mut it = db.iter();
+                        let mut pairs = Vec::new();
+                        // Borrowed and copied steps, forward and (every third scan) back.
+                        loop {
+                            let back = scans % 3 == 2;
+                            let pair = match (back, pairs.len() % 2 == r as usize) {
+                                (false, true) => it
+                                    .next_ref()
+                                    .map(|p| p.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+                                (false, false) => it.next(),
+                                (true, true) => it
+                                    .next_back_ref()
+                                    .map(|p| p.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+                                (true, false) => it.next_back(),
+                            };
+                            let Some(pair) = pair else { break };
+                            pairs.push(pair.unwrap());
+                        }
+                        if scans % 3 == 2 {
+                            pairs.reverse();
+                        }
+                        let stamp = |v: &[u8]| u32::from_be_bytes(v[..4].try_into().unwrap());
+                        let n = stamp(&pairs[0].1);
+                        let want = if n % 2 == 1 { 2 * KEYS } else { KEYS } as usize;
+                        assert_eq!(
+                            pairs.len(),
+                            want,
+                            "scan {scans} of reader {r} saw batch {n} in part"
+                        );
+                        for (j, (k, v)) in pairs.iter().enumerate() {
+                            assert!(j == 0 || pairs[j - 1].0 < *k, "keys out of order at {k:?}");
+                            assert_eq!(stamp(v), n, "{k:?} is from another batch than {n}");
+                            assert!(names(k, &v[4..]), "{k:?} read another key's value");
+                        }
+                        scans += 1;
+                    }
+                    scans
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        done.store(true, Ordering::Relaxed);
+        readers.into_iter().map(|r| r.join().unwrap()).sum::<u32>()
+    });
+    let s = db.stats();
+    assert!(s.commits >= 10, "the committer ran {} times", s.commits);
+    assert!(scans >= 40, "only {scans} scans");
+    assert!(
+        s.cache_hits > 1000 && s.cache_misses > 100,
+        "scans did not both walk the cache and miss it: {s:?}"
+    );
+    db.check().unwrap();
+}

@@ -155,16 +155,31 @@ impl World {
             .range((lo_b.clone(), hi_b.clone()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let it = match snap {
+        let mut it = match snap {
             Some((sn, _)) => sn.keyspace(&self.ks[s]).unwrap().range((lo_b, hi_b)),
             None => self.ks[s].range((lo_b, hi_b)),
         };
-        let got: Vec<_> = if rev {
+        if rev {
             want.reverse();
-            it.rev().map(|r| r.unwrap()).collect()
-        } else {
-            it.map(|r| r.unwrap()).collect()
-        };
+        }
+        // Copied and borrowed steps in turn.
+        let mut got = Vec::new();
+        loop {
+            let pair = match (rev, got.len() % 2 == 1) {
+                (false, false) => it.next(),
+                (true, false) => it.next_back(),
+                (false, true) => it
+                    .next_ref()
+                    .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+                (true, true) => it
+                    .next_back_ref()
+                    .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+            };
+            match pair {
+                Some(p) => got.push(p.unwrap()),
+                None => break,
+            }
+        }
         assert_eq!(got, want, "range {lo:?}..{hi:?} rev={rev} in keyspace {s}");
     }
 

@@ -156,6 +156,8 @@ impl Inner {
         let table = std::mem::replace(&mut t.active, fresh);
         t.born = Instant::now();
         t.generation += 1;
+        self.tables_generation
+            .store(t.generation, Ordering::Release);
         t.frozen.push_back(Frozen {
             table,
             last_seq: *next,
@@ -270,6 +272,8 @@ impl Inner {
             let mut t = self.tables.write();
             t.frozen.pop_front();
             t.generation += 1;
+            self.tables_generation
+                .store(t.generation, Ordering::Release);
         }
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
         self.signal.bump();

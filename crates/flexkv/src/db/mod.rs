@@ -167,6 +167,12 @@ pub(crate) struct Inner {
     manifest: Mutex<Manifest>,
     names: RwLock<HashMap<String, KeyspaceId>>,
     tables: RwLock<Tables>,
+    /// `tables.generation`, readable without the lock: an iterator compares it at every
+    /// step. It is stored under the write lock after the list changed; a reader that
+    /// still sees the old value reads the list as it was, which is as right (a freeze
+    /// adds only a memtable newer than the reader, and a committed memtable's pairs are
+    /// in the store as well).
+    tables_generation: AtomicU64,
     stores: RwLock<BTreeMap<KeyspaceId, Arc<SortedStore>>>,
     signal: Signal,
     committer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -322,6 +328,7 @@ impl Db {
             manifest: Mutex::new(manifest),
             names: RwLock::new(names),
             tables: RwLock::new(tables),
+            tables_generation: AtomicU64::new(0),
             stores: RwLock::new(stores),
             signal: Signal::default(),
             committer: Mutex::new(None),

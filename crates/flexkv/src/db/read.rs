@@ -3,8 +3,9 @@
 //! Every read happens at one sequence. A point read at "now" uses the visible sequence;
 //! a snapshot or an iterator registers its sequence with the snapshot registry (so the
 //! committer and GC keep what it can see) and releases it when dropped. An iterator
-//! remembers only its bounds and the last key it returned, and re-seeks from there on
-//! every step: it holds no lock between calls and sees exactly one sequence.
+//! holds no lock between calls and sees exactly one sequence: what it has read ahead it
+//! uses only while nothing it read has changed, and otherwise seeks again from the last
+//! key it returned.
 
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
@@ -16,7 +17,8 @@ use super::batch::check_value;
 use super::Handle;
 use crate::memtable::{KeyspaceId, Value};
 use crate::sorted::history::{self, Version};
-use crate::sorted::store::Run;
+use crate::sorted::interval::Loaded;
+use crate::sorted::store::{Epoch, Run};
 use crate::sorted::Record;
 use crate::sorted::RecordValue;
 use crate::vlog::Pointer;
@@ -183,8 +185,12 @@ impl Snapshot {
             lo: own(range.start_bound()),
             hi: own(range.end_bound()),
             done: false,
+            cur: Cur::default(),
+            unsettled: None,
             buf: StoreBuf::default(),
             buf_epoch: None,
+            store_batch: STORE_AHEAD_FIRST,
+            epoch: None,
             buf_forward: true,
             buf_end: false,
             ahead: HashMap::new(),
@@ -232,10 +238,15 @@ fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
 /// database was closed; iteration may go on after a value error.
 ///
 /// Each step merges the memtables with the sorted store. From each memtable it keeps
-/// the next entry found (searched again only once the iterator passes it, or when the
-/// memtable list changes); from the store it reads an interval at a time. Buffered
-/// records are used only while the store's epoch is unchanged; after a commit the
-/// iterator seeks again by key. No lock is held between steps.
+/// the next entries found (searched again only once the iterator passes them, or when
+/// the memtable list changes); from the store it takes whole cached intervals, walking
+/// from one to the next in the cache without the keyspace's lock while the committer
+/// is not editing (the store's epoch says so), and loading under the lock otherwise.
+/// Buffered records are used only while the store's epoch is unchanged; after a
+/// commit the iterator seeks again by key. No lock is held between steps.
+///
+/// [`Iter::next_ref`] returns pairs borrowed from the iterator: a key and an inline
+/// value from the store are slices of the cached interval, so a scan copies nothing.
 #[derive(Debug)]
 pub struct Iter {
     guard: Arc<Guard>,
@@ -244,10 +255,21 @@ pub struct Iter {
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
     done: bool,
+    /// The pair the last step stood on.
+    cur: Cur,
+    /// The bound behind (`lo` forward) does not yet exclude `cur`'s key: see
+    /// [`Iter::settle`].
+    unsettled: Option<bool>,
     /// Store records past the bound in the current direction, nearest first.
     buf: StoreBuf,
     /// The store epoch `buf` was read at (`None`: nothing read).
     buf_epoch: Option<u64>,
+    /// Records to take from the cache per read of the store: it doubles from
+    /// [`STORE_AHEAD_FIRST`] to [`STORE_AHEAD`], so a long scan searches the cache
+    /// seldom and a short one does not walk far past where it stops.
+    store_batch: usize,
+    /// The store's epoch counter (taken on the first read of the store).
+    epoch: Option<Arc<Epoch>>,
     buf_forward: bool,
     /// The store has nothing past `buf` in this direction.
     buf_end: bool,
@@ -296,22 +318,36 @@ impl StoreBuf {
         Some(run.interval.key(Self::nearest(run, forward)))
     }
 
-    /// Passes the nearest record; returns its key and version if `decode`.
-    fn pop(&mut self, forward: bool, decode: bool) -> Option<(Box<[u8]>, Version)> {
+    /// Whether the nearest record is in `interval`.
+    fn front_in(&self, interval: Option<&Arc<Loaded>>) -> bool {
+        match (self.runs.front(), interval) {
+            (Some(run), Some(l)) => Arc::ptr_eq(&run.interval, l),
+            _ => false,
+        }
+    }
+
+    /// Passes the nearest record; returns its place in its interval, which is put in
+    /// `interval` (unless it is there already).
+    fn pop(&mut self, forward: bool, interval: &mut Option<Arc<Loaded>>) -> Option<usize> {
         let run = self.runs.front_mut()?;
-        let out = decode.then(|| {
-            let r = run.interval.record(Self::nearest(run, forward));
-            (Box::from(r.key), Version::from_record(&r))
-        });
+        let at = Self::nearest(run, forward);
         if forward {
             run.range.start += 1;
         } else {
             run.range.end -= 1;
         }
+        let same = interval
+            .as_ref()
+            .is_some_and(|l| Arc::ptr_eq(l, &run.interval));
         if run.range.is_empty() {
-            self.runs.pop_front();
+            let run = self.runs.pop_front()?;
+            if !same {
+                *interval = Some(run.interval);
+            }
+        } else if !same {
+            *interval = Some(Arc::clone(&run.interval));
         }
-        out
+        Some(at)
     }
 
     /// Every record held, nearest first.
@@ -325,6 +361,87 @@ impl StoreBuf {
             order.map(|i| run.interval.record(i))
         })
     }
+}
+
+/// The pair an iterator stands on, where it lives: in a record of a cached interval
+/// (borrowed, not copied, until the caller asks for a copy), or owned.
+#[derive(Debug, Default)]
+struct Cur {
+    /// The interval the key (and an inline value) lie in, if they come from the store;
+    /// kept from one step to the next while the steps stay in it.
+    interval: Option<Arc<Loaded>>,
+    key: CurKey,
+    value: CurValue,
+}
+
+#[derive(Debug)]
+enum CurKey {
+    /// Bytes of `interval`.
+    Span(std::ops::Range<usize>),
+    Owned(Box<[u8]>),
+}
+
+impl Default for CurKey {
+    fn default() -> Self {
+        CurKey::Owned(Box::default())
+    }
+}
+
+#[derive(Debug, Default)]
+enum CurValue {
+    /// A deleted key (or none yet).
+    #[default]
+    None,
+    /// An inline value in `interval`: these bytes of it.
+    Span(std::ops::Range<usize>),
+    /// An inline value from a memtable or a history record.
+    Inline(Box<[u8]>),
+    /// A value in the value log, not read yet.
+    Pointer(Pointer),
+    /// A value read from the value log.
+    Read(Vec<u8>),
+}
+
+impl Cur {
+    fn bytes(&self, span: &std::ops::Range<usize>) -> &[u8] {
+        match &self.interval {
+            Some(l) => &l.bytes()[span.clone()],
+            None => unreachable!("a span is within the current interval"),
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        match &self.key {
+            CurKey::Span(r) => self.bytes(r),
+            CurKey::Owned(k) => k,
+        }
+    }
+
+    /// The value, once resolved (empty before).
+    fn value(&self) -> &[u8] {
+        match &self.value {
+            CurValue::Span(r) => self.bytes(r),
+            CurValue::Inline(v) => v,
+            CurValue::Read(v) => v,
+            CurValue::Pointer(_) | CurValue::None => &[],
+        }
+    }
+
+    /// Stands on a memtable's (or a history record's) version of `key`.
+    fn set_owned(&mut self, key: Box<[u8]>, v: Value) {
+        self.key = CurKey::Owned(key);
+        self.value = match v {
+            Value::Inline(v) => CurValue::Inline(v),
+            Value::Separated(p) => CurValue::Pointer(p),
+            Value::Tombstone => CurValue::None,
+        };
+    }
+}
+
+/// Where `part` (a slice of `whole`) lies in it.
+fn span(whole: &[u8], part: &[u8]) -> std::ops::Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    start..start + part.len()
 }
 
 /// One memtable as an iterator reads it. What a memtable holds at or below the
@@ -365,6 +482,11 @@ impl MemHead {
     }
 }
 
+/// Records an iterator takes from cached intervals at its first read of the store...
+const STORE_AHEAD_FIRST: usize = 16;
+/// ...and at most.
+const STORE_AHEAD: usize = 256;
+
 /// Separated values an iterator reads one by one before it starts reading ahead.
 const READAHEAD_AFTER: u32 = 2;
 /// Read ahead only when at least this many values are known to come...
@@ -379,30 +501,37 @@ const READAHEAD_BYTES: u64 = 8 << 20;
 type Item = Result<(Vec<u8>, Vec<u8>)>;
 
 impl Iter {
-    fn inside(&self, key: &[u8]) -> bool {
-        let above_lo = match &self.lo {
-            Bound::Included(l) => key >= l.as_slice(),
-            Bound::Excluded(l) => key > l.as_slice(),
-            Bound::Unbounded => true,
-        };
-        let below_hi = match &self.hi {
-            Bound::Included(h) => key <= h.as_slice(),
-            Bound::Excluded(h) => key < h.as_slice(),
-            Bound::Unbounded => true,
-        };
-        above_lo && below_hi
+    /// Whether `key` is before the bound ahead in the direction (the one behind holds
+    /// for every entry found from it).
+    fn before_end(&self, key: &[u8], forward: bool) -> bool {
+        if forward {
+            match &self.hi {
+                Bound::Included(h) => key <= h.as_slice(),
+                Bound::Excluded(h) => key < h.as_slice(),
+                Bound::Unbounded => true,
+            }
+        } else {
+            match &self.lo {
+                Bound::Included(l) => key >= l.as_slice(),
+                Bound::Excluded(l) => key > l.as_slice(),
+                Bound::Unbounded => true,
+            }
+        }
     }
 
     /// Refills the buffer of store records in the direction if it is empty or stale.
     fn fill_store_buf(&mut self, forward: bool) -> Result<()> {
-        let db = &self.guard.db;
-        let store = db.store(self.ks)?;
-        let epoch = store.epoch.load(Ordering::SeqCst);
-        if self.buf_epoch != Some(epoch) || self.buf_forward != forward {
+        let epoch = self.epoch.as_ref().map(|e| e.now());
+        if self.buf_epoch != epoch || self.buf_forward != forward {
             self.buf.clear();
             self.buf_epoch = None;
         }
         if self.buf.is_empty() && !(self.buf_epoch.is_some() && self.buf_end) {
+            self.settle();
+            let store = self.guard.db.store(self.ks)?;
+            if self.epoch.is_none() {
+                self.epoch = Some(Arc::clone(&store.epoch));
+            }
             let from = if forward {
                 as_ref(&self.lo)
             } else {
@@ -413,7 +542,8 @@ impl Iter {
             } else {
                 1
             };
-            let (e, recs) = store.scan(from, forward, min)?;
+            let (e, recs) = store.scan(from, forward, min, self.store_batch)?;
+            self.store_batch = (self.store_batch * 2).min(STORE_AHEAD);
             self.buf_epoch = Some(e);
             self.buf_forward = forward;
             self.buf_end = recs.is_empty();
@@ -426,7 +556,7 @@ impl Iter {
     /// in memtables still on it), each searched for its next entry in the direction.
     fn fill_mems(&mut self, forward: bool) {
         let db = &self.guard.db;
-        let generation = db.tables.read().generation;
+        let generation = db.tables_generation.load(Ordering::Acquire);
         if self.mems_generation != Some(generation) {
             let (tables, generation) = {
                 let t = db.tables.read();
@@ -450,6 +580,9 @@ impl Iter {
             }
             self.mems_forward = forward;
         }
+        if self.mems.iter().any(|m| m.ahead.is_empty() && m.more) {
+            self.settle();
+        }
         let (ks, seq) = (self.ks, self.guard.seq);
         for m in &mut self.mems {
             if m.ahead.is_empty() && m.more {
@@ -466,15 +599,53 @@ impl Iter {
         }
     }
 
-    /// The next pair in the direction, with its value resolved (read ahead when the
-    /// values come from the value log one after another).
+    /// The next pair in the direction, copied out, with its value resolved.
     fn step(&mut self, forward: bool) -> Option<Item> {
-        let (key, v) = match self.step_raw(forward)? {
-            Ok(kv) => kv,
-            Err(e) => return Some(Err(e)),
+        if let Err(e) = self.step_resolved(forward)? {
+            return Some(Err(e));
+        }
+        self.settle();
+        let cur = &mut self.cur;
+        let key = match std::mem::take(&mut cur.key) {
+            CurKey::Span(r) => cur.bytes(&r).to_vec(),
+            CurKey::Owned(k) => k.into_vec(),
         };
-        match self.value(&key, v) {
-            Ok(Some(v)) => Some(Ok((key, v))),
+        let value = match std::mem::take(&mut cur.value) {
+            CurValue::Span(r) => cur.bytes(&r).to_vec(),
+            CurValue::Inline(v) => v.into_vec(),
+            CurValue::Read(v) => v,
+            CurValue::Pointer(_) | CurValue::None => unreachable!("resolved by step_resolved"),
+        };
+        Some(Ok((key, value)))
+    }
+
+    /// The next pair in the direction, borrowed from the iterator.
+    fn step_ref(&mut self, forward: bool) -> Option<Result<(&[u8], &[u8])>> {
+        if let Err(e) = self.step_resolved(forward)? {
+            return Some(Err(e));
+        }
+        Some(Ok((self.cur.key(), self.cur.value())))
+    }
+
+    /// Moves `cur` to the next pair in the direction, with its value resolved (read
+    /// ahead when the values come from the value log one after another).
+    fn step_resolved(&mut self, forward: bool) -> Option<Result<()>> {
+        if let Err(e) = self.step_raw(forward)? {
+            return Some(Err(e));
+        }
+        let p = match self.cur.value {
+            CurValue::Pointer(p) => p,
+            _ => {
+                self.streak = 0;
+                return Some(Ok(()));
+            }
+        };
+        let key = self.cur.key().to_vec();
+        match self.value(&key, Value::Separated(p)) {
+            Ok(Some(v)) => {
+                self.cur.value = CurValue::Read(v);
+                Some(Ok(()))
+            }
             // Only a lookup again after GC gets here, and it reads at the same sequence.
             Ok(None) => Some(Err(crate::Error::corruption(
                 &self.guard.db.dir,
@@ -482,6 +653,33 @@ impl Iter {
                 format!("key {key:?} vanished from the iterator's snapshot"),
             ))),
             Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The version in `cur`, unresolved, as a memtable value.
+    fn cur_version(&self) -> Value {
+        match &self.cur.value {
+            CurValue::Span(_) | CurValue::Read(_) => Value::Inline(self.cur.value().into()),
+            CurValue::Inline(v) => Value::Inline(v.clone()),
+            CurValue::Pointer(p) => Value::Separated(*p),
+            CurValue::None => Value::Tombstone,
+        }
+    }
+
+    /// Makes the bound behind the iterator exclude the key it stands on (put off from
+    /// the step itself, which needs it only to search again).
+    fn settle(&mut self) {
+        let Some(forward) = self.unsettled.take() else {
+            return;
+        };
+        let key = self.cur.key();
+        // The bound's buffer is reused: no allocation per step.
+        match if forward { &mut self.lo } else { &mut self.hi } {
+            Bound::Excluded(b) => {
+                b.clear();
+                b.extend_from_slice(key);
+            }
+            b => *b = Bound::Excluded(key.to_vec()),
         }
     }
 
@@ -540,12 +738,13 @@ impl Iter {
         self.ahead.extend(ptrs.into_iter().zip(got));
     }
 
-    /// The next key with a value at this sequence, and its version's value unresolved.
-    fn step_raw(&mut self, forward: bool) -> Option<Result<(Vec<u8>, Value)>> {
+    /// Moves `cur` to the next key with a value at this sequence, its version's value
+    /// unresolved.
+    fn step_raw(&mut self, forward: bool) -> Option<Result<()>> {
         while !self.done {
             match self.step_once(forward) {
-                Ok(Some(Some(item))) => return Some(Ok(item)),
-                Ok(Some(None)) => continue,
+                Ok(Some(true)) => return Some(Ok(())),
+                Ok(Some(false)) => continue,
                 Ok(None) => {
                     self.done = true;
                     return None;
@@ -559,17 +758,19 @@ impl Iter {
         None
     }
 
-    /// One key: `None` at the end, `Some(None)` for a key with no value at this
-    /// sequence, an error with whether iteration must stop.
-    #[allow(clippy::type_complexity)]
+    /// One key into `cur`: `None` at the end, `Some(false)` for a key with no value at
+    /// this sequence, an error with whether iteration must stop.
     fn step_once(
         &mut self,
         forward: bool,
-    ) -> std::result::Result<Option<Option<(Vec<u8>, Value)>>, (crate::Error, bool)> {
+    ) -> std::result::Result<Option<bool>, (crate::Error, bool)> {
         let fatal = |e| (e, true);
         self.guard.db.check_open().map_err(fatal)?;
         let seq = self.guard.seq;
         let ks = self.ks;
+        if self.unsettled.is_some_and(|f| f != forward) {
+            self.settle(); // turning round: the bound ahead now is the one just passed
+        }
         // Memtables first (listed before the store's epoch is read), newest first.
         self.fill_mems(forward);
         self.fill_store_buf(forward).map_err(fatal)?;
@@ -583,47 +784,99 @@ impl Iter {
                 }
             }
         }
-        let mem = best.filter(|(_, k)| self.inside(k));
-        let stored = self.buf.front_key(forward).filter(|k| self.inside(k));
+        // Entries ahead in the direction are past the bound behind (they were found
+        // from it), so only the bound ahead is checked.
+        let mem = best.filter(|(_, k)| self.before_end(k, forward));
+        let stored = self
+            .buf
+            .front_key(forward)
+            .filter(|k| self.before_end(k, forward));
         let (take_mem, same) = match (mem, stored) {
             (None, None) => return Ok(None),
             (Some(_), None) => (true, false),
             (None, Some(_)) => (false, false),
             (Some((_, m)), Some(s)) => (if forward { m <= s } else { m >= s }, m == s),
         };
-        let (key, value) = if let (true, Some((i, _))) = (take_mem, mem) {
+        let mem = mem.map(|(i, _)| i);
+        // `cur` is about to change: the bound behind must take its key now, unless the
+        // next key lies in the same interval (the bound is then set to that key).
+        if take_mem || !self.buf.front_in(self.cur.interval.as_ref()) {
+            self.settle();
+        }
+        let cur = &mut self.cur;
+        if let (true, Some(i)) = (take_mem, mem) {
             let Some((k, v)) = self.mems[i].ahead.pop_front() else {
                 unreachable!("chosen because present")
             };
             if same {
-                self.buf.pop(forward, false);
+                self.buf.pop(forward, &mut cur.interval);
             }
-            (k, Some(v))
+            cur.set_owned(k, v);
         } else {
-            let (k, found) = self
+            let i = self
                 .buf
-                .pop(forward, true)
+                .pop(forward, &mut cur.interval)
                 .unwrap_or_else(|| unreachable!("chosen because present"));
-            let db = &self.guard.db;
-            let v = history::at(&db.vlog, ks, &k, found, seq).map_err(|e| (e, false))?;
-            (k, v.map(|v| v.value))
-        };
+            let Some(l) = &cur.interval else {
+                unreachable!("set by pop")
+            };
+            let r = l.record(i);
+            if r.seq <= seq {
+                cur.key = CurKey::Span(span(l.bytes(), r.key));
+                cur.value = match r.value {
+                    RecordValue::Inline(v) => CurValue::Span(span(l.bytes(), v)),
+                    RecordValue::Separated(p) => CurValue::Pointer(p),
+                    RecordValue::Tombstone => CurValue::None,
+                };
+            } else {
+                // A snapshot older than the record: its version is in the history chain.
+                let db = &self.guard.db;
+                let found = Version::from_record(&r);
+                let v = history::at(&db.vlog, ks, r.key, found, seq).map_err(|e| (e, false))?;
+                let key = Box::from(r.key);
+                cur.set_owned(key, v.map_or(Value::Tombstone, |v| v.value));
+            }
+        }
+        let key = cur.key();
         // Older memtables' versions of the same key are passed with it.
         for m in &mut self.mems {
-            if m.front_key() == Some(&key) {
+            if m.front_key() == Some(key) {
                 m.ahead.pop_front();
             }
         }
-        let key = key.into_vec();
-        if forward {
-            self.lo = Bound::Excluded(key.clone());
-        } else {
-            self.hi = Bound::Excluded(key.clone());
-        }
-        match value {
-            None | Some(Value::Tombstone) => Ok(Some(None)),
-            Some(v) => Ok(Some(Some((key, v)))),
-        }
+        self.unsettled = Some(forward);
+        Ok(Some(!matches!(self.cur.value, CurValue::None)))
+    }
+
+    /// The next pair, borrowed from the iterator until its next step: what
+    /// [`Iterator::next`] returns, without copying the key and value out. A key and an
+    /// inline value that come from the sorted store are read in place in the cached
+    /// interval; mixing this with `next` and `next_back` is fine.
+    ///
+    /// ```
+    /// # fn main() -> flexkv::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = flexkv::Db::open(dir.path())?;
+    /// db.put(b"a", b"1")?;
+    /// db.put(b"b", b"22")?;
+    /// let mut it = db.iter();
+    /// let mut bytes = 0;
+    /// while let Some(pair) = it.next_ref() {
+    ///     let (key, value) = pair?;
+    ///     bytes += key.len() + value.len();
+    /// }
+    /// assert_eq!(bytes, 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn next_ref(&mut self) -> Option<Result<(&[u8], &[u8])>> {
+        self.step_ref(true)
+    }
+
+    /// [`Iter::next_ref`] from the back: the pair [`DoubleEndedIterator::next_back`]
+    /// returns, borrowed.
+    pub fn next_back_ref(&mut self) -> Option<Result<(&[u8], &[u8])>> {
+        self.step_ref(false)
     }
 
     /// The keys only: no value is read.
@@ -646,13 +899,13 @@ impl Iterator for Keys {
     type Item = Result<Vec<u8>>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.0.step_raw(true).map(|r| r.map(|(k, _)| k))
+        Some(self.0.step_raw(true)?.map(|()| self.0.cur.key().to_vec()))
     }
 }
 
 impl DoubleEndedIterator for Keys {
     fn next_back(&mut self) -> Option<Self::Item> {
-        self.0.step_raw(false).map(|r| r.map(|(k, _)| k))
+        Some(self.0.step_raw(false)?.map(|()| self.0.cur.key().to_vec()))
     }
 }
 
@@ -661,13 +914,14 @@ impl DoubleEndedIterator for Keys {
 pub struct LazyIter(Iter);
 
 impl LazyIter {
-    fn wrap(&self, r: Result<(Vec<u8>, Value)>) -> Result<(Vec<u8>, LazyValue)> {
-        let (key, value) = r?;
+    fn wrap(&self, r: Result<()>) -> Result<(Vec<u8>, LazyValue)> {
+        r?;
+        let key = self.0.cur.key().to_vec();
         let lazy = LazyValue {
             guard: Arc::clone(&self.0.guard),
             ks: self.0.ks,
             key: key.clone(),
-            value,
+            value: self.0.cur_version(),
         };
         Ok((key, lazy))
     }

@@ -114,6 +114,59 @@ impl IntervalCache {
         entry.holds(key).then(|| use_entry(entry))
     }
 
+    /// The cached intervals from the one holding `from` on, in key order (`forward`) or
+    /// in reverse, for as long as they follow one another with no interval missing
+    /// between them: `take` gets each (marked recently used) and says whether to go on.
+    /// Returns whether the walk ended at the keyspace's first or last interval rather
+    /// than at a gap, at an interval not cached, or because `take` stopped it.
+    ///
+    /// Needs no lock, and sees one consistent state only if the committer changed
+    /// nothing meanwhile: the caller checks that with the store's epoch. Entries are
+    /// adjacent when one's end is the next one's key; a conservative end (below the
+    /// true one) never equals a cached key (every entry's key starts an interval), so
+    /// it shows as a gap.
+    pub(crate) fn walk(
+        &self,
+        from: Bound<&[u8]>,
+        forward: bool,
+        mut take: impl FnMut(Arc<Loaded>) -> bool,
+    ) -> bool {
+        let first = match (from, forward) {
+            // The first interval's key is the empty key.
+            (Bound::Unbounded, true) => self.map.front().filter(|e| e.key().is_empty()),
+            (Bound::Unbounded, false) => self.map.back().filter(|e| e.value().end.is_none()),
+            (Bound::Included(k) | Bound::Excluded(k), _) => self
+                .map
+                .upper_bound(Bound::Included(k))
+                .filter(|e| e.value().holds(k)),
+        };
+        let Some(mut at) = first else {
+            return false;
+        };
+        loop {
+            let entry = at.value();
+            if !take(use_entry(entry)) {
+                return false;
+            }
+            let next = if forward {
+                let Some(end) = entry.end.as_deref() else {
+                    return true;
+                };
+                at.next().filter(|n| n.key().as_slice() == end)
+            } else {
+                if entry.key.is_empty() {
+                    return true;
+                }
+                at.prev()
+                    .filter(|p| p.value().end.as_deref() == Some(&*entry.key))
+            };
+            match next {
+                Some(n) => at = n,
+                None => return false,
+            }
+        }
+    }
+
     /// Caches `interval` under `key`, ending at `end` (the next interval's key),
     /// replacing what was there and evicting by CLOCK until the budget holds. An
     /// interval larger than the whole budget is not kept.

@@ -162,7 +162,7 @@ impl SortedStore {
         // excluding other writers) so readers waiting for it get in.
         let mut st = RwLockUpgradableReadGuard::upgrade(st);
         let mut t0 = Instant::now();
-        self.epoch.fetch_add(1, Ordering::SeqCst);
+        let mut section = self.epoch.section();
         for (key, seq) in lingering {
             match seq {
                 Some(seq) => st.lingering.insert(key, seq),
@@ -172,16 +172,18 @@ impl SortedStore {
         for plan in plans {
             if t0.elapsed() >= SECTION {
                 cx.holds.record(t0.elapsed());
+                drop(section);
                 let read = RwLockWriteGuard::downgrade_to_upgradable(st);
                 st = RwLockUpgradableReadGuard::upgrade(read);
                 t0 = Instant::now();
-                self.epoch.fetch_add(1, Ordering::SeqCst);
+                section = self.epoch.section();
             }
             if let Err(e) = self.apply_plan(&mut st, plan) {
                 cx.holds.record(t0.elapsed());
                 return Err(e);
             }
         }
+        drop(section);
         drop(st);
         cx.holds.record(t0.elapsed());
         Ok(())
@@ -209,7 +211,9 @@ impl SortedStore {
     ) -> Result<R> {
         let mut st = self.state.write();
         let t0 = Instant::now();
+        let section = self.epoch.section();
         let r = f(&mut st);
+        drop(section);
         drop(st);
         holds.record(t0.elapsed());
         if r.is_err() {

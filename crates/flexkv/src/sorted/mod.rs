@@ -7,7 +7,7 @@ mod cache;
 pub(crate) mod commit;
 pub(crate) mod history;
 pub(crate) mod index;
-mod interval;
+pub(crate) mod interval;
 mod record;
 pub(crate) mod store;
 

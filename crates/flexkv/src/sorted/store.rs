@@ -77,8 +77,9 @@ pub(crate) struct SortedStore {
     pub(crate) dir: PathBuf,
     pub(crate) state: RwLock<State>,
     pub(crate) cache: IntervalCache,
-    /// Bumped at the start of every change the committer makes.
-    pub(crate) epoch: AtomicU64,
+    /// Counts the committer's write sections; shared with iterators, which check it
+    /// at every step without looking the store up.
+    pub(crate) epoch: Arc<Epoch>,
     /// Set when a commit failed halfway: the index may no longer match the space.
     pub(crate) broken: AtomicBool,
     pub(crate) counters: StoreCounters,
@@ -92,6 +93,54 @@ impl std::fmt::Debug for SortedStore {
             .field("ks", &self.ks)
             .field("dir", &self.dir)
             .finish()
+    }
+}
+
+/// The store's change counter, a sequence lock over what readers see without the lock:
+/// odd while a write section of the committer (or GC's write-back) is editing the
+/// space, the index and the cache, even between sections. Records read at an even
+/// epoch that is still the epoch afterwards are one consistent state.
+#[derive(Debug, Default)]
+pub(crate) struct Epoch(AtomicU64);
+
+impl Epoch {
+    /// The epoch now.
+    pub(crate) fn now(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Starts a write section, which ends when the returned guard drops. The caller
+    /// holds the store's write lock.
+    pub(crate) fn section(&self) -> Section<'_> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        // The section's edits may not be seen before the odd epoch is.
+        std::sync::atomic::fence(Ordering::Release);
+        Section(self)
+    }
+
+    /// Runs `read` (which reads without the lock) and returns what it found with the
+    /// epoch it was found at, or `None` if a write section was running or began
+    /// meanwhile (or `read` found nothing).
+    pub(crate) fn stable<R>(&self, read: impl FnOnce() -> Option<R>) -> Option<(u64, R)> {
+        let e = self.now();
+        if e % 2 == 1 {
+            return None;
+        }
+        let r = read()?;
+        // Pairs with the fence in `section`: if `read` saw any of a section's edits,
+        // the load below sees its odd epoch.
+        std::sync::atomic::fence(Ordering::Acquire);
+        (self.0.load(Ordering::Relaxed) == e).then_some((e, r))
+    }
+}
+
+/// A write section in progress (see [`Epoch::section`]).
+#[must_use]
+pub(crate) struct Section<'a>(&'a Epoch);
+
+impl Drop for Section<'_> {
+    fn drop(&mut self) {
+        self.0 .0.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -135,7 +184,7 @@ impl SortedStore {
                 lingering: BTreeMap::new(),
             }),
             cache: IntervalCache::new(opts.cache_bytes),
-            epoch: AtomicU64::new(0),
+            epoch: Arc::default(),
             broken: AtomicBool::new(false),
             counters: StoreCounters::default(),
             split_pairs: opts.split_pairs.max(2),
@@ -173,11 +222,47 @@ impl SortedStore {
     /// The records after `from` (forward) or before it (backward), as runs in that
     /// order (none empty): the rest of the first interval that has any, and whole
     /// intervals after it until there are at least `min` records, so an iterator reads
-    /// an interval or more per call.
-    pub(crate) fn scan(&self, from: Bound<&[u8]>, forward: bool, min: usize) -> Result<Scan> {
+    /// an interval or more per call. Where the intervals are cached and the committer
+    /// is not editing, no lock is taken ([`IntervalCache::walk`] and [`Epoch::stable`]),
+    /// and since following one cached interval to the next costs little, that walk goes
+    /// on to `ahead` records if `min` is fewer; otherwise the read lock, for this call
+    /// only.
+    pub(crate) fn scan(
+        &self,
+        from: Bound<&[u8]>,
+        forward: bool,
+        min: usize,
+        ahead: usize,
+    ) -> Result<Scan> {
         self.usable()?;
+        let min = min.max(1);
+        let cached = self.epoch.stable(|| {
+            let min = min.max(ahead);
+            let (mut out, mut found) = (Vec::new(), 0);
+            let mut bound = from;
+            let end = self.cache.walk(from, forward, |loaded| {
+                let range = run_range(&loaded, bound, forward);
+                bound = Bound::Unbounded;
+                found += range.len();
+                if !range.is_empty() {
+                    out.push(Run {
+                        interval: loaded,
+                        range,
+                    });
+                }
+                found < min
+            });
+            // Nothing found proves the store has nothing more only at its end.
+            (found > 0 || end).then_some(out)
+        });
+        if let Some(scan) = cached {
+            self.counters
+                .cache_hits
+                .fetch_add(scan.1.len() as u64, Ordering::Relaxed);
+            return Ok(scan);
+        }
         let st = self.state.read();
-        let epoch = self.epoch.load(Ordering::SeqCst);
+        let epoch = self.epoch.now();
         let mut iv = match (from, forward) {
             (Bound::Unbounded, true) => st.index.find(&[]),
             (Bound::Unbounded, false) => st.index.last(),
@@ -188,20 +273,7 @@ impl SortedStore {
         let mut found = 0;
         loop {
             let loaded = self.load(&st, &iv, true)?;
-            let range = match from {
-                Bound::Unbounded => 0..loaded.len(),
-                Bound::Included(k) | Bound::Excluded(k) => {
-                    let at = loaded.seek(k);
-                    let hit = at < loaded.len() && loaded.key(at) == k;
-                    let past = at + usize::from(hit);
-                    match (forward, matches!(from, Bound::Included(_))) {
-                        (true, true) => at..loaded.len(),
-                        (true, false) => past..loaded.len(),
-                        (false, true) => 0..past,
-                        (false, false) => 0..at,
-                    }
-                }
-            };
+            let range = run_range(&loaded, from, forward);
             found += range.len();
             if !range.is_empty() {
                 out.push(Run {
@@ -215,7 +287,7 @@ impl SortedStore {
                 st.index.prev(&iv.key)
             };
             match next {
-                Some(n) if found < min.max(1) => {
+                Some(n) if found < min => {
                     iv = n;
                     from = Bound::Unbounded;
                 }
@@ -448,6 +520,24 @@ impl SortedStore {
     /// Syncs and closes the space (checkpointing it, so the next open replays nothing).
     pub(crate) fn close(self) -> Result<()> {
         self.state.into_inner().space.close()
+    }
+}
+
+/// The records of `loaded` past `from` in the direction.
+fn run_range(loaded: &Loaded, from: Bound<&[u8]>, forward: bool) -> std::ops::Range<usize> {
+    match from {
+        Bound::Unbounded => 0..loaded.len(),
+        Bound::Included(k) | Bound::Excluded(k) => {
+            let at = loaded.seek(k);
+            let hit = at < loaded.len() && loaded.key(at) == k;
+            let past = at + usize::from(hit);
+            match (forward, matches!(from, Bound::Included(_))) {
+                (true, true) => at..loaded.len(),
+                (true, false) => past..loaded.len(),
+                (false, true) => 0..past,
+                (false, false) => 0..at,
+            }
+        }
     }
 }
 
