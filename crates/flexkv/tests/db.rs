@@ -4,22 +4,63 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use flexkv::io::{FaultVfs, OpenMode, Vfs};
 use flexkv::{Db, Durability, Error, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 
 const DIR: &str = "/db";
 
+// These tests place pairs in the memtable or the store on purpose: no idle commits.
 fn open(vfs: &FaultVfs) -> Db {
-    Db::builder(DIR).vfs(vfs.shared()).open().unwrap()
+    Db::builder(DIR)
+        .vfs(vfs.shared())
+        .idle_commit(Duration::ZERO)
+        .open()
+        .unwrap()
 }
 
 fn open_small_values(vfs: &FaultVfs) -> Db {
     Db::builder(DIR)
         .vfs(vfs.shared())
         .value_threshold(16)
+        .idle_commit(Duration::ZERO)
         .open()
         .unwrap()
+}
+
+/// A memtable that stops taking writes is committed after the idle time, with no
+/// further write, flush or close; with idle commits off it stays.
+#[test]
+fn an_idle_memtable_is_committed() {
+    let vfs = FaultVfs::new(9);
+    let db = Db::builder(DIR)
+        .vfs(vfs.shared())
+        .commit_interval(Duration::from_secs(3600))
+        .idle_commit(Duration::from_millis(20))
+        .open()
+        .unwrap();
+    db.put(b"k", b"v").unwrap();
+    let t0 = std::time::Instant::now();
+    while db.stats().commits == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "never committed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let s = db.stats();
+    assert_eq!((s.memtable_entries, s.pairs_committed), (0, 1), "{s:?}");
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    db.close().unwrap();
+
+    let db = Db::builder(DIR)
+        .vfs(vfs.shared())
+        .commit_interval(Duration::from_secs(3600))
+        .idle_commit(Duration::ZERO)
+        .open()
+        .unwrap();
+    db.put(b"k2", b"v").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let s = db.stats();
+    assert_eq!((s.commits, s.memtable_entries), (0, 1), "{s:?}");
 }
 
 fn all(it: flexkv::Iter) -> Vec<(Vec<u8>, Vec<u8>)> {

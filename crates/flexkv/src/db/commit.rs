@@ -170,9 +170,17 @@ impl Inner {
     }
 
     /// The committer thread's loop: commits frozen memtables as they come, freezes an
-    /// active one that has grown old, and stops at shutdown (the closing thread commits
-    /// what is left).
+    /// active one that has grown old or idle, and stops at shutdown (the closing thread
+    /// commits what is left).
     pub(crate) fn committer_loop(&self) {
+        let idle = self.opts.idle_commit;
+        let tick = match idle.is_zero() {
+            true => self.opts.commit_interval,
+            false => self.opts.commit_interval.min(idle),
+        };
+        // The active memtable's generation and size at the last tick: the same at the
+        // next tick means no write came in between.
+        let mut seen: Option<(u64, usize)> = None;
         loop {
             {
                 let mut flags = self.signal.state.lock();
@@ -183,17 +191,16 @@ impl Inner {
                     if !self.tables.read().frozen.is_empty() {
                         break;
                     }
-                    let timed_out = self
-                        .signal
-                        .cond
-                        .wait_for(&mut flags, self.opts.commit_interval)
-                        .timed_out();
+                    let timed_out = self.signal.cond.wait_for(&mut flags, tick).timed_out();
                     if timed_out {
-                        let old = {
+                        let freeze = {
                             let t = self.tables.read();
-                            !t.active.is_empty() && t.born.elapsed() >= self.opts.commit_interval
+                            let now = (t.generation, t.active.approximate_bytes());
+                            let still = seen.replace(now) == Some(now) && !idle.is_zero();
+                            !t.active.is_empty()
+                                && (still || t.born.elapsed() >= self.opts.commit_interval)
                         };
-                        if old {
+                        if freeze {
                             drop(flags);
                             if self.freeze(false).is_err() {
                                 return;
