@@ -4,10 +4,12 @@
 //!
 //! Locking (§5.3): the space and the index sit under one reader-writer lock. A point
 //! read whose key falls in a cached interval takes no lock at all (the cache is a
-//! concurrent map; `cache.rs` says why that is safe); other reads take the lock shared
-//! for one interval at a time and never across calls; the committer takes it
-//! exclusively in slices. Every slice bumps [`SortedStore::epoch`] first, so a
-//! reader holding records from an earlier epoch knows to seek again by key.
+//! concurrent map; `cache.rs` says why that is safe), nor does a scan over cached
+//! neighbouring intervals while no write section runs ([`Epoch::stable`]); other
+//! reads take the lock shared for one call and never across calls; the committer
+//! takes it exclusively in slices. Every write section makes [`SortedStore::epoch`]
+//! odd while it runs and even after, so a reader holding records from an earlier
+//! epoch knows to seek again by key.
 //!
 //! Invariants: intervals partition the space at record boundaries; each interval's
 //! records are in key order, at or above its index key and below the next one's; the
