@@ -174,9 +174,10 @@ impl Inner {
     /// commits what is left).
     pub(crate) fn committer_loop(&self) {
         let idle = self.opts.idle_commit;
-        let tick = match idle.is_zero() {
-            true => self.opts.commit_interval,
-            false => self.opts.commit_interval.min(idle),
+        let tick = if idle.is_zero() {
+            self.opts.commit_interval
+        } else {
+            self.opts.commit_interval.min(idle)
         };
         // The active memtable's generation and size at the last tick: the same at the
         // next tick means no write came in between.

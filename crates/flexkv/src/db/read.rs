@@ -529,9 +529,7 @@ impl Iter {
         if self.buf.is_empty() && !(self.buf_epoch.is_some() && self.buf_end) {
             self.settle();
             let store = self.guard.db.store(self.ks)?;
-            if self.epoch.is_none() {
-                self.epoch = Some(Arc::clone(&store.epoch));
-            }
+            self.epoch.get_or_insert_with(|| Arc::clone(&store.epoch));
             let from = if forward {
                 as_ref(&self.lo)
             } else {

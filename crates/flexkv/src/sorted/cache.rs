@@ -109,9 +109,17 @@ impl IntervalCache {
     /// The cached interval that holds `key`, if the cache knows it (marked recently
     /// used). Needs no lock: see the [module documentation](self).
     pub(crate) fn covering(&self, key: &[u8]) -> Option<Arc<Loaded>> {
-        let e = self.map.upper_bound(Bound::Included(key))?;
-        let entry = e.value();
-        entry.holds(key).then(|| use_entry(entry))
+        self.holding(key).map(|e| use_entry(e.value()))
+    }
+
+    /// The map entry whose interval holds `key`, if it is cached and its end says so.
+    fn holding(
+        &self,
+        key: &[u8],
+    ) -> Option<crossbeam_skiplist::map::Entry<'_, MapKey, Arc<Entry>>> {
+        self.map
+            .upper_bound(Bound::Included(key))
+            .filter(|e| e.value().holds(key))
     }
 
     /// The cached intervals from the one holding `from` on, in key order (`forward`) or
@@ -135,10 +143,7 @@ impl IntervalCache {
             // The first interval's key is the empty key.
             (Bound::Unbounded, true) => self.map.front().filter(|e| e.key().is_empty()),
             (Bound::Unbounded, false) => self.map.back().filter(|e| e.value().end.is_none()),
-            (Bound::Included(k) | Bound::Excluded(k), _) => self
-                .map
-                .upper_bound(Bound::Included(k))
-                .filter(|e| e.value().holds(k)),
+            (Bound::Included(k) | Bound::Excluded(k), _) => self.holding(k),
         };
         let Some(mut at) = first else {
             return false;
