@@ -321,6 +321,72 @@ fn iterators_go_both_ways_within_bounds() {
     assert_eq!((k, v), kv("abc", &format!("v-abc-{}", "x".repeat(24))));
 }
 
+/// An interval split off another is keyed by the shortest key above the records before
+/// it ("key-01" for one starting at "key-010" after "key-000"), so a key can fall
+/// between an interval's index key and its first record. Gets, forward and backward
+/// scans from every such key (and every other prefix of a key) find what a sorted map
+/// finds, before and after a reopen (which keys the intervals by their first records).
+#[test]
+fn lookups_between_an_index_key_and_its_first_record_find_the_right_pairs() {
+    let vfs = FaultVfs::new(10);
+    let open = || {
+        Db::builder(DIR)
+            .vfs(vfs.shared())
+            .interval_pairs(2)
+            .idle_commit(Duration::ZERO)
+            .open()
+            .unwrap()
+    };
+    let mut db = open();
+    let mut model = std::collections::BTreeMap::new();
+    for i in (0..400).step_by(10) {
+        let k = format!("key-{i:03}").into_bytes();
+        db.put(&k, &k).unwrap();
+        model.insert(k.clone(), k);
+    }
+    db.flush().unwrap();
+    let probes: std::collections::BTreeSet<Vec<u8>> = model
+        .keys()
+        .flat_map(|k| (0..=k.len()).map(|n| k[..n].to_vec()))
+        .chain(model.keys().map(|k| [k.as_slice(), b"\0"].concat()))
+        .collect();
+    for round in 0..2 {
+        let first = |mut it: flexkv::Iter| it.next().map(|r| r.unwrap().0);
+        let last = |mut it: flexkv::Iter| it.next_back().map(|r| r.unwrap().0);
+        for p in &probes {
+            let at = |want: Option<&Vec<u8>>, got: Option<Vec<u8>>, what: &str| {
+                let p = String::from_utf8_lossy(p);
+                assert_eq!(got.as_ref(), want, "round {round}: {what} from {p:?}");
+            };
+            at(model.get(p), db.get(p).unwrap(), "get");
+            at(
+                model.range(p.clone()..).next().map(|e| e.0),
+                first(db.range(p.as_slice()..)),
+                "first at or above",
+            );
+            at(
+                model.range(..p.clone()).next_back().map(|e| e.0),
+                last(db.range(..p.as_slice())),
+                "last below",
+            );
+            at(
+                model.range(..=p.clone()).next_back().map(|e| e.0),
+                last(db.range(..=p.as_slice())),
+                "last at or below",
+            );
+            let below: Vec<Vec<u8>> = db
+                .range(..p.as_slice())
+                .rev()
+                .map(|r| r.unwrap().0)
+                .collect();
+            assert!(below.iter().eq(model.range(..p.clone()).rev().map(|e| e.0)));
+        }
+        db.check().unwrap();
+        db.close().unwrap();
+        db = open();
+    }
+}
+
 #[test]
 fn an_iterator_reads_one_sequence_and_holds_it_as_a_snapshot() {
     let vfs = FaultVfs::new(8);

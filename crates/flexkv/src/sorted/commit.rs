@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
 use super::history::{self, Version};
-use super::index::Interval;
+use super::index::{separator, Interval};
 use super::interval::Loaded;
 use super::store::{SortedStore, State, HEAD};
 use crate::memtable::Value;
@@ -517,33 +517,38 @@ impl SortedStore {
         } else {
             n.div_ceil(pieces)
         };
-        let mut cuts = Vec::new();
+        // Where each piece starts.
+        let mut starts = vec![0];
         let (mut count, mut bytes) = (0, 0);
         for i in 0..n {
             let (s, e) = new.span(i);
             if count > 0 && (count == target || bytes + (e - s) > SPLIT_BYTES) {
-                cuts.push(i);
+                starts.push(i);
                 (count, bytes) = (0, 0);
             }
             count += 1;
             bytes += e - s;
         }
-        let mut key: &[u8] = &iv.key;
-        let mut first = 0;
-        for &cut in &cuts {
-            let at = (new.span(cut).0 - new.span(first).0) as u64;
-            st.index.split(key, at, new.key(cut))?;
-            st.space.set_tag(iv.offset + new.span(cut).0 as u64, HEAD)?;
-            key = new.key(cut);
-            first = cut;
+        // Each later piece is keyed by the shortest key above the previous piece's last.
+        let keys: Vec<&[u8]> = std::iter::once(&iv.key[..])
+            .chain(
+                starts[1..]
+                    .iter()
+                    .map(|&c| separator(new.key(c - 1), new.key(c))),
+            )
+            .collect();
+        for (w, k) in starts.windows(2).zip(keys.windows(2)) {
+            let at = (new.span(w[1]).0 - new.span(w[0]).0) as u64;
+            st.index.split(k[0], at, k[1])?;
+            st.space
+                .set_tag(iv.offset + new.span(w[1]).0 as u64, HEAD)?;
         }
         // The pieces are cached last first, so that until the first piece replaces the
         // whole interval's entry, a reader of its keys finds a right one.
-        let end = st.index.next(key).map(|n| n.key);
+        let end = st.index.next(keys[keys.len() - 1]).map(|n| n.key);
         let mut end = end.as_deref();
         let mut last = n;
-        for &cut in cuts.iter().rev().chain([&0]) {
-            let key = if cut == 0 { &iv.key[..] } else { new.key(cut) };
+        for (&cut, &key) in starts.iter().zip(&keys).rev() {
             let piece = Arc::new(new.slice(cut..last));
             self.cache.put(key, end, piece);
             (end, last) = (Some(key), cut);

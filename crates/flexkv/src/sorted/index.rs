@@ -27,6 +27,16 @@ type NodeId = usize;
 /// Entries per leaf and children per internal node before a split.
 pub(crate) const FANOUT: usize = 64;
 
+/// The shortest prefix of `next` that sorts above `prev`, which sorts below `next`:
+/// the index key for an interval that starts at `next` right after `prev`. Any key
+/// between the two would route lookups correctly, because no record lies between them;
+/// the shortest saves index memory (a few bytes instead of the whole key).
+pub(crate) fn separator<'a>(prev: &[u8], next: &'a [u8]) -> &'a [u8] {
+    debug_assert!(prev < next);
+    let shared = prev.iter().zip(next).take_while(|(a, b)| a == b).count();
+    &next[..(shared + 1).min(next.len())]
+}
+
 /// One interval as the index sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interval {
@@ -42,8 +52,11 @@ pub struct Interval {
 enum Node {
     Leaf {
         keys: Keys,
+        /// Where each entry starts, as a partial offset.
         partial: Vec<i64>,
-        sizes: Vec<u64>,
+        /// Where the last entry ends, as a partial offset. Intervals are contiguous, so
+        /// every other entry ends where the next begins and no size is stored.
+        end: i64,
     },
     Internal {
         /// `pivots[i]` separates `children[i]` (all keys below it) from
@@ -73,8 +86,14 @@ impl Default for SparseIndex {
 /// One step of a root-to-leaf path: the node and the child (or entry) taken.
 type Path = Vec<(NodeId, usize)>;
 
-/// A leaf's keys, partial offsets and sizes.
-type LeafMut<'a> = (&'a mut Keys, &'a mut Vec<i64>, &'a mut Vec<u64>);
+/// A leaf's keys, partial offsets and partial end.
+type LeafMut<'a> = (&'a mut Keys, &'a mut Vec<i64>, &'a mut i64);
+
+/// The size of entry `j` of a leaf with these partial offsets and end.
+fn size_in(partial: &[i64], end: i64, j: usize) -> u64 {
+    let next = partial.get(j + 1).copied().unwrap_or(end);
+    u64::try_from(next - partial[j]).unwrap_or_else(|_| unreachable!("sizes are never negative"))
+}
 
 /// The leaf and entry a path ends at.
 fn end(path: &Path) -> (NodeId, usize) {
@@ -95,7 +114,7 @@ impl SparseIndex {
         let leaf = Node::Leaf {
             keys: Keys::from_sorted([&[][..]]),
             partial: vec![0],
-            sizes: vec![0],
+            end: 0,
         };
         SparseIndex {
             nodes: vec![leaf],
@@ -151,19 +170,14 @@ impl SparseIndex {
     }
 
     fn interval_at(&self, leaf: NodeId, j: usize, shift: i64) -> Interval {
-        let Node::Leaf {
-            keys,
-            partial,
-            sizes,
-        } = &self.nodes[leaf]
-        else {
+        let Node::Leaf { keys, partial, end } = &self.nodes[leaf] else {
             unreachable!("paths end at leaves")
         };
         Interval {
             key: keys.get(j).to_vec(),
             offset: u64::try_from(partial[j] + shift)
                 .unwrap_or_else(|_| unreachable!("offsets are never negative")),
-            size: sizes[j],
+            size: size_in(partial, *end, j),
         }
     }
 
@@ -238,17 +252,15 @@ impl SparseIndex {
     }
 
     /// Bytes of memory the index takes: the capacity of every node's vectors (key
-    /// bytes, key ends, key heads, offsets and sizes or children and shifts) and the
-    /// nodes themselves.
+    /// bytes, key ends, key heads, and offsets or children and shifts) and the nodes
+    /// themselves.
     pub fn memory_bytes(&self) -> usize {
         let node = |n: &Node| -> usize {
             std::mem::size_of::<Node>()
                 + match n {
-                    Node::Leaf {
-                        keys,
-                        partial,
-                        sizes,
-                    } => keys.memory_bytes() + partial.capacity() * 8 + sizes.capacity() * 8,
+                    Node::Leaf { keys, partial, .. } => {
+                        keys.memory_bytes() + partial.capacity() * 8
+                    }
                     Node::Internal {
                         pivots,
                         children,
@@ -299,10 +311,7 @@ impl SparseIndex {
                     shift += shifts[shifts.len() - 1];
                     id = children[children.len() - 1];
                 }
-                Node::Leaf { partial, sizes, .. } => {
-                    let last = partial.len() - 1;
-                    return (partial[last] + shift) as u64 + sizes[last];
-                }
+                Node::Leaf { end, .. } => return (end + shift) as u64,
             }
         }
     }
@@ -312,15 +321,15 @@ impl SparseIndex {
     pub fn resize(&mut self, key: &[u8], delta: i64) -> Result<()> {
         let (path, _) = self.exact(key)?;
         let (leaf, j) = end(&path);
-        let (_, partial, sizes) = self.leaf_mut(leaf);
-        let size = sizes[j].checked_add_signed(delta).ok_or_else(|| {
-            Error::invalid(format!(
-                "interval of {} bytes cannot change by {delta}",
-                sizes[j]
-            ))
-        })?;
-        sizes[j] = size;
+        let (_, partial, end) = self.leaf_mut(leaf);
+        let size = size_in(partial, *end, j);
+        if size.checked_add_signed(delta).is_none() {
+            return Err(Error::invalid(format!(
+                "interval of {size} bytes cannot change by {delta}"
+            )));
+        }
         partial[j + 1..].iter_mut().for_each(|p| *p += delta);
+        *end += delta;
         for &(id, c) in &path[..path.len() - 1] {
             if let Node::Internal { shifts, .. } = &mut self.nodes[id] {
                 shifts[c + 1..].iter_mut().for_each(|s| *s += delta);
@@ -333,33 +342,25 @@ impl SparseIndex {
     /// stay, the rest become a new interval keyed `new_key`, which must lie between `key`
     /// and the next interval's key. No other interval moves.
     pub fn split(&mut self, key: &[u8], at: u64, new_key: &[u8]) -> Result<()> {
-        let (mut path, shift) = self.exact(key)?;
+        let (mut path, _) = self.exact(key)?;
         if new_key <= key || self.next(key).is_some_and(|n| new_key >= n.key.as_slice()) {
             return Err(Error::invalid(
                 "a split key must lie between its neighbours' keys",
             ));
         }
         let (leaf, j) = end(&path);
-        let (_, partial, sizes) = self.leaf_mut(leaf);
-        if at > sizes[j] {
+        let (keys, partial, leaf_end) = self.leaf_mut(leaf);
+        let size = size_in(partial, *leaf_end, j);
+        if at > size {
             return Err(Error::invalid(format!(
-                "split at {at} of a {}-byte interval",
-                sizes[j]
+                "split at {at} of a {size}-byte interval"
             )));
         }
-        let offset = partial[j] + shift + at as i64;
-        let size = sizes[j] - at;
-        sizes[j] = at;
-        // The new entry goes where its key leads, which is not always beside the old
-        // one: a pivot left behind by a merge can send it to the next leaf.
-        let shift;
-        (path, shift) = self.descend(new_key);
-        let (leaf, _) = end(&path);
-        let (keys, partial, sizes) = self.leaf_mut(leaf);
-        let pos = keys.rank(new_key, true);
-        keys.insert(pos, new_key);
-        partial.insert(pos, offset - shift);
-        sizes.insert(pos, size);
+        // The new entry goes right after the old one, in the same leaf: every pivot is
+        // its subtree's first key (`check_node`), and `new_key` is below the next key.
+        // The old entry now ends where the new one begins.
+        keys.insert(j + 1, new_key);
+        partial.insert(j + 1, partial[j] + at as i64);
         self.len += 1;
         self.split_full(&mut path);
         Ok(())
@@ -368,16 +369,22 @@ impl SparseIndex {
     /// Merges the interval after the one keyed `key` into it: the two become one, keyed
     /// `key`. No interval moves.
     pub fn merge_next(&mut self, key: &[u8]) -> Result<()> {
-        self.exact(key)?;
+        let (path, shift) = self.exact(key)?;
+        let (leaf, j) = end(&path);
         let next = self
             .next(key)
             .ok_or_else(|| Error::invalid("the last interval has nothing to merge with"))?;
+        let (_, partial, leaf_end) = self.leaf_mut(leaf);
+        if j + 1 == partial.len() {
+            // The next interval begins the next leaf: this one, last in its own, now
+            // ends where that one ended.
+            *leaf_end = (next.offset + next.size) as i64 - shift;
+        }
         let (path, _) = self.exact(&next.key)?;
         let (leaf, j) = end(&path);
-        let (keys, partial, sizes) = self.leaf_mut(leaf);
+        let (keys, partial, _) = self.leaf_mut(leaf);
         keys.remove(j);
         partial.remove(j);
-        sizes.remove(j);
         self.len -= 1;
         self.remove_empty(path);
         // A pivot that named the removed key (it began a subtree) must name the subtree's
@@ -387,10 +394,8 @@ impl SparseIndex {
         if let Some(succ) = self.next(&next.key) {
             self.repoint(&next.key, &succ.key);
         }
-        // The merged interval absorbs the bytes; later offsets are unchanged.
-        let (path, _) = self.exact(key)?;
-        let (leaf, j) = end(&path);
-        self.leaf_mut(leaf).2[j] += next.size;
+        // The merged interval absorbs the bytes (in a shared leaf, by losing the next
+        // entry's start); later offsets are unchanged.
         Ok(())
     }
 
@@ -414,11 +419,7 @@ impl SparseIndex {
 
     fn leaf_mut(&mut self, id: NodeId) -> LeafMut<'_> {
         match &mut self.nodes[id] {
-            Node::Leaf {
-                keys,
-                partial,
-                sizes,
-            } => (keys, partial, sizes),
+            Node::Leaf { keys, partial, end } => (keys, partial, end),
             Node::Internal { .. } => unreachable!("paths end at leaves"),
         }
     }
@@ -450,17 +451,18 @@ impl SparseIndex {
                 return;
             }
             let (right, pivot) = match &mut self.nodes[id] {
-                Node::Leaf {
-                    keys,
-                    partial,
-                    sizes,
-                } => {
+                Node::Leaf { keys, partial, end } => {
                     let half = keys.len() / 2;
+                    let right_partial = partial.split_off(half);
                     let right = Node::Leaf {
                         keys: keys.split_off(half),
-                        partial: partial.split_off(half),
-                        sizes: sizes.split_off(half),
+                        end: std::mem::replace(end, right_partial[0]),
+                        partial: right_partial,
                     };
+                    // The insert that overfilled the node doubled its vectors; left
+                    // so, the half kept here would hold four times the room it uses.
+                    keys.shrink_to_fit();
+                    partial.shrink_to_fit();
                     let Node::Leaf { keys: rk, .. } = &right else {
                         unreachable!()
                     };
@@ -477,6 +479,9 @@ impl SparseIndex {
                     let right_shifts = shifts.split_off(half);
                     let mut right_pivots = pivots.split_off(half - 1);
                     let pivot = right_pivots.remove(0);
+                    pivots.shrink_to_fit();
+                    children.shrink_to_fit();
+                    shifts.shrink_to_fit();
                     let right = Node::Internal {
                         pivots: right_pivots,
                         children: right_children,
@@ -548,7 +553,10 @@ impl SparseIndex {
             }
             let (child, shift) = (children[0], shifts[0]);
             match &mut self.nodes[child] {
-                Node::Leaf { partial, .. } => partial.iter_mut().for_each(|p| *p += shift),
+                Node::Leaf { partial, end, .. } => {
+                    partial.iter_mut().for_each(|p| *p += shift);
+                    *end += shift;
+                }
                 Node::Internal { shifts, .. } => shifts.iter_mut().for_each(|s| *s += shift),
             }
             self.free.push(self.root);

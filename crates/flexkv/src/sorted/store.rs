@@ -380,10 +380,17 @@ impl SortedStore {
         let mut separated = Vec::new();
         let mut last: Option<Box<[u8]>> = None;
         let mut starts = std::collections::BTreeSet::new();
-        for iv in st.index.intervals() {
-            let l = self.read_interval(&st.space, &iv)?;
+        let intervals = st.index.intervals();
+        for (n, iv) in intervals.iter().enumerate() {
+            let l = self.read_interval(&st.space, iv)?;
             if iv.size > 0 && st.space.tag(iv.offset) != Some(HEAD) {
                 return Err(self.corrupt(iv.offset, "an interval head is not tagged"));
+            }
+            // An index key may lie below its interval's first record (a separator, or
+            // that record deleted), but never at or below the previous one's last.
+            let next = intervals.get(n + 1).map(|i| i.key.as_slice());
+            if l.len() > 0 && next.is_some_and(|k| l.key(l.len() - 1) >= k) {
+                return Err(self.corrupt(iv.offset, "a record is not below the next index key"));
             }
             for i in 0..l.len() {
                 starts.insert(iv.offset + l.span(i).0 as u64);

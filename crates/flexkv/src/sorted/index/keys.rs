@@ -46,6 +46,7 @@ impl Keys {
             k.bytes.extend_from_slice(key);
             k.ends.push(to_u32(k.bytes.len()));
         }
+        k.shrink_to_fit();
         k.rebuild_heads();
         k
     }
@@ -153,6 +154,13 @@ impl Keys {
         self.ends.truncate(at);
         self.rebuild_heads();
         right
+    }
+
+    /// Gives back room the vectors hold beyond their contents.
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.bytes.shrink_to_fit();
+        self.ends.shrink_to_fit();
+        self.heads.shrink_to_fit();
     }
 
     fn rebuild_heads(&mut self) {
