@@ -21,6 +21,7 @@ fn opts() -> SpaceOptions {
         segment_size: 64 << 10,
         max_extent: 4 << 10,
         log_capacity: 24 << 10,
+        log_grows_with_tree: false,
         max_data_size: None,
         tree: FlexTreeOptions {
             leaf_capacity: 4,
@@ -322,6 +323,44 @@ fn gc_relocations_replayed_then_checkpointed_survive_another_reopen() {
     drop(s);
     vfs.crash(CrashMode::DropUnsynced);
     assert_eq!(content(&open(&vfs, opts())), m);
+}
+
+/// With `log_grows_with_tree` a sync checkpoints once the log outgrows the tree's last
+/// checkpoint, not at every `log_capacity` (24 KiB here) of log: a large tree is
+/// rewritten about as often as a log of its own size fills. Without it, as before.
+/// Either way a crash then recovers everything synced.
+#[test]
+fn the_log_grows_to_the_trees_size_before_a_checkpoint() {
+    let mut counts = Vec::new();
+    for grows in [false, true] {
+        let vfs = FaultVfs::new(8);
+        let o = SpaceOptions {
+            log_grows_with_tree: grows,
+            ..opts()
+        };
+        let mut s = open(&vfs, o.clone());
+        let mut m = Vec::new();
+        insert_blocks(&mut s, &mut m, 120, 100, 3);
+        let t0 = s.stats().tree_bytes_written;
+        s.checkpoint().unwrap();
+        let tree = s.stats().tree_bytes_written - t0;
+        assert!(tree > 5 * o.log_capacity, "a tree of {tree} bytes");
+        let before = s.stats();
+        let mut round = 0;
+        while s.stats().log_bytes_written - before.log_bytes_written < 2 * tree {
+            insert_blocks(&mut s, &mut m, 20, 50, 5 + round % 7);
+            s.sync().unwrap();
+            round += 1;
+        }
+        let checkpoints = s.stats().checkpoints - before.checkpoints;
+        counts.push(checkpoints);
+        drop(s);
+        vfs.crash(CrashMode::DropUnsynced);
+        assert_eq!(content(&open(&vfs, o)), m, "grows: {grows}");
+    }
+    // About one checkpoint per tree's worth of log; at least one per 24 KiB of it.
+    assert!((1..=2).contains(&counts[1]), "{counts:?}");
+    assert!(counts[0] > 4 * counts[1], "{counts:?}");
 }
 
 /// Regression (authors' code): segments freed by a collapse must not be reused before

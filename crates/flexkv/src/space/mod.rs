@@ -49,8 +49,16 @@ pub struct SpaceOptions {
     /// K = 32 by default): garbage collection can then always free space.
     pub max_extent: u64,
     /// After a sync leaves the log larger than this, the tree is checkpointed and the log
-    /// starts over.
+    /// starts over (but see `log_grows_with_tree`).
     pub log_capacity: u64,
+    /// Lets the log grow, before a checkpoint, to as many bytes as the tree's last
+    /// checkpoint took when that is more than `log_capacity`. Scattered changes dirty
+    /// most of a large tree's leaves, so a checkpoint costs about the whole tree; with
+    /// a fixed capacity a large space rewrote its tree more often than it wrote data.
+    /// This bounds the tree's writes to about the log's, and the replay after a crash
+    /// to about one tree's worth of entries. On by default; tests that want frequent
+    /// checkpoints turn it off.
+    pub log_grows_with_tree: bool,
     /// An optional limit on the data file's size; writes that would need more fail with
     /// [`Error::NoSpace`] and change nothing.
     pub max_data_size: Option<u64>,
@@ -64,6 +72,7 @@ impl Default for SpaceOptions {
             segment_size: 4 << 20,
             max_extent: 128 << 10,
             log_capacity: 4 << 20,
+            log_grows_with_tree: true,
             max_data_size: None,
             tree: FlexTreeOptions::default(),
         }

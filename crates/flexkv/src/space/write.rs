@@ -271,11 +271,16 @@ impl FlexSpace {
     /// Makes every change so far durable (Figure 9): the buffered data is written and
     /// synced, then the log entries that refer to it; segments freed by those entries
     /// become reusable and their space is returned. If the log has grown past
-    /// `log_capacity`, the tree is checkpointed and the log starts over.
+    /// `log_capacity` (or, with `log_grows_with_tree`, than the tree's last checkpoint
+    /// if that is larger), the tree is checkpointed and the log starts over.
     pub fn sync(&mut self) -> Result<()> {
         self.guarded(|s| {
             s.commit()?;
-            if s.log.size_after_commit() > s.opts.log_capacity {
+            let mut limit = s.opts.log_capacity;
+            if s.opts.log_grows_with_tree {
+                limit = limit.max(s.treefile.durable_bytes());
+            }
+            if s.log.size_after_commit() > limit {
                 s.checkpoint_now()?;
             }
             Ok(())

@@ -12,6 +12,7 @@ pub fn small_space() -> SpaceOptions {
         segment_size: 64 << 10,
         max_extent: 16 << 10,
         log_capacity: 8 << 10,
+        log_grows_with_tree: false,
         ..SpaceOptions::default()
     }
 }
