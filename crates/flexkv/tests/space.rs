@@ -152,6 +152,11 @@ fn apply(vfs: &FaultVfs, s: &mut Option<FlexSpace>, m: &mut Vec<u8>, op: Op) -> 
                 m[at as usize..(at + len) as usize],
                 "read at {at}+{len}"
             );
+            // The unverified read returns the same bytes and counts the extents read.
+            let mut raw = vec![0u8; len as usize];
+            let extents = sp.read_self_checked(at, &mut raw)?;
+            assert_eq!(raw, buf, "unverified read at {at}+{len}");
+            assert_eq!(extents, sp.extents_in(at, len), "extents at {at}+{len}");
             Ok(())
         }
         Op::Tag { at, tag } if at < size => {

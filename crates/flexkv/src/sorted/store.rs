@@ -324,7 +324,7 @@ impl SortedStore {
             usize::try_from(iv.size).map_err(|_| self.corrupt(iv.offset, "huge interval"))?;
         let mut buf = vec![0; size];
         // Records carry their own checksums, which `parse` verifies.
-        space.read_self_checked(iv.offset, &mut buf)?;
+        let extents = space.read_self_checked(iv.offset, &mut buf)?;
         let mut l = Loaded::parse(buf).map_err(|(at, why)| {
             self.corrupt(
                 iv.offset + at as u64,
@@ -334,7 +334,7 @@ impl SortedStore {
         if l.len() > 0 && l.key(0) < iv.key.as_slice() {
             return Err(self.corrupt(iv.offset, "an interval's first key is below its index key"));
         }
-        l.fragmented = space.extents_in(iv.offset, iv.size) > l.len().div_ceil(2).max(1);
+        l.fragmented = extents > l.len().div_ceil(2).max(1);
         Ok(l)
     }
 

@@ -306,23 +306,25 @@ impl FlexSpace {
     /// Reads `buf.len()` bytes from `off`; the range must lie inside the space. Every
     /// data block the bytes come from is read whole and its checksum verified.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
-        self.read_runs(off, buf, true)
+        self.read_runs(off, buf, true).map(drop)
     }
 
     /// Reads like [`read`](Self::read), but only the bytes asked for and without the data
     /// blocks' checksums: for callers whose bytes carry checksums of their own, which they
     /// verify (the sorted keyspace's records). Reading a 300-byte extent then costs 300
     /// bytes, not the 4 KiB block around it and its CRC. Bytes the checksum table does not
-    /// record as written are still refused with `Corruption`.
-    pub fn read_self_checked(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+    /// record as written are still refused with `Corruption`. Returns how many extents
+    /// the bytes came from (as [`extents_in`](Self::extents_in) counts them, without a
+    /// second search of the tree).
+    pub fn read_self_checked(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
         self.read_runs(off, buf, false)
     }
 
-    fn read_runs(&self, off: u64, buf: &mut [u8], verify: bool) -> Result<()> {
+    fn read_runs(&self, off: u64, buf: &mut [u8], verify: bool) -> Result<usize> {
         let mut runs = Vec::new();
         self.tree.query_into(off, buf.len() as u64, &mut runs)?;
         let mut at = 0usize;
-        for Run { addr, len } in runs {
+        for &Run { addr, len } in &runs {
             let piece = &mut buf[at..at + len as usize];
             match addr {
                 None => piece.fill(0),
@@ -331,7 +333,7 @@ impl FlexSpace {
             }
             at += len as usize;
         }
-        Ok(())
+        Ok(runs.len())
     }
 
     /// Refuses a read of data-file bytes that the checksum table does not record as
