@@ -343,7 +343,7 @@ fn the_log_grows_to_the_trees_size_before_a_checkpoint() {
             log_grows_with_tree: grows,
             ..opts()
         };
-        let mut s = open(&vfs, o.clone());
+        let mut s = open(&vfs, o);
         let mut m = Vec::new();
         insert_blocks(&mut s, &mut m, 120, 100, 3);
         let t0 = s.stats().tree_bytes_written;
