@@ -1,5 +1,6 @@
 //! The sparse KV index of FlexDB §5.1: one entry per *interval* (a run of consecutive
-//! records in the keyspace's FlexSpace), keyed by the interval's first key, giving the
+//! records in the keyspace's FlexSpace), keyed by an index key at or below the interval's
+//! first record and above the previous interval's last (see [`separator`]), giving the
 //! interval's offset and size.
 //!
 //! Offsets are stored as FlexTree stores them: a leaf entry holds a *partial* offset, and
@@ -40,7 +41,8 @@ pub(crate) fn separator<'a>(prev: &[u8], next: &'a [u8]) -> &'a [u8] {
 /// One interval as the index sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interval {
-    /// The interval's first key (empty for the first interval).
+    /// The interval's index key (empty for the first interval): at or below its first
+    /// record's key, above the previous interval's last.
     pub key: Vec<u8>,
     /// Where the interval starts in the FlexSpace.
     pub offset: u64,
