@@ -359,12 +359,12 @@ impl TreeFile {
         Ok((tf, tree, table))
     }
 
-    /// The sequence number of the last durable checkpoint.
     /// Bytes of the pages the last durable checkpoint uses.
     pub(crate) fn durable_bytes(&self) -> u64 {
         self.durable.len() as u64 * PAGE as u64
     }
 
+    /// The sequence number of the last durable checkpoint.
     pub(crate) fn seq(&self) -> u64 {
         self.seq
     }
