@@ -587,3 +587,40 @@ fn many_threads_read_at_once() {
         }
     });
 }
+
+/// An insert that fills the open segment continues at the start of the next one, which is
+/// physically adjacent, so the index merges both pieces into one extent across the
+/// segment boundary. Before a sync, the new segment's bytes are only in the buffer (their
+/// checksums are not in the table yet): a read of the merged extent must take each
+/// segment's part from where it is, not refuse the whole as unwritten.
+#[test]
+fn reads_of_an_extent_across_a_segment_boundary_see_the_buffered_part() {
+    let o = opts();
+    let vfs = FaultVfs::new(11);
+    let mut s = open(&vfs, o);
+    let mut m = Vec::new();
+    // Leave 1,000 bytes of room in the first segment; the last extent at the end is full.
+    insert_blocks(&mut s, &mut m, 15, o.max_extent as usize, 1);
+    let filler = bytes(o.max_extent as usize - 1_000, 9);
+    s.insert(0, &filler).unwrap();
+    m.splice(0..0, filler);
+    assert_eq!(s.stats().segments, 1);
+    let data = bytes(2_000, 7);
+    let at = m.len();
+    s.insert(at as u64, &data).unwrap();
+    m.extend_from_slice(&data);
+    assert_eq!(s.stats().segments, 2);
+    assert_eq!(
+        s.extents_in(at as u64, 2_000),
+        1,
+        "not merged: the test tests nothing"
+    );
+    let mut buf = vec![0u8; 2_000];
+    s.read(at as u64, &mut buf).unwrap();
+    assert_eq!(buf, data);
+    s.read_self_checked(at as u64, &mut buf).unwrap();
+    assert_eq!(buf, data);
+    assert_eq!(content(&s), m);
+    s.sync().unwrap();
+    assert_eq!(content(&s), m);
+}

@@ -328,12 +328,31 @@ impl FlexSpace {
             let piece = &mut buf[at..at + len as usize];
             match addr {
                 None => piece.fill(0),
-                Some(a) if verify => self.read_data(a, piece)?,
-                Some(a) => self.read_data_unverified(a, piece)?,
+                Some(a) => self.read_segments(a, piece, verify)?,
             }
             at += len as usize;
         }
         Ok(runs.len())
+    }
+
+    /// Reads data-file bytes at `addr` one segment at a time. An extent may run across a
+    /// segment's end (an insert that filled the open segment continues at the start of the
+    /// next, and the index merges the two physically adjacent pieces); until a sync, the
+    /// second part may be only in the open segment's buffer, with no checksums in the
+    /// table, while the first part is only in the file.
+    fn read_segments(&self, mut addr: u64, mut out: &mut [u8], verify: bool) -> Result<()> {
+        let size = self.opts.segment_size;
+        while !out.is_empty() {
+            let n = out.len().min(((addr / size + 1) * size - addr) as usize);
+            let (part, rest) = out.split_at_mut(n);
+            if verify {
+                self.read_data(addr, part)?;
+            } else {
+                self.read_data_unverified(addr, part)?;
+            }
+            (addr, out) = (addr + n as u64, rest);
+        }
+        Ok(())
     }
 
     /// Refuses a read of data-file bytes that the checksum table does not record as
