@@ -320,7 +320,11 @@ impl Memtable {
         hash: u64,
         at: u64,
     ) -> Option<(u64, Value)> {
-        if !self.bloom.may_contain(hash) {
+        // An empty memtable (the active one, most of the time after a commit) answers
+        // without the filter's line, a cache miss in a filter of a megabyte. `bytes`
+        // grows before `insert` returns, so before the sequence that makes the entry
+        // visible is published: a reader that may see the entry sees it nonzero.
+        if self.bytes.load(AtomicOrdering::Relaxed) == 0 || !self.bloom.may_contain(hash) {
             return None;
         }
         let probe = Probe { ks, key, seq: at };
