@@ -45,12 +45,13 @@ const INLINE_KEY: usize = 24;
 
 type MapKey = SmallVec<[u8; INLINE_KEY]>;
 
-/// One cached interval.
+/// One cached interval. Its keys are held inline (when short) like the map's, so that
+/// checking where an entry ends costs no cache miss beyond the entry.
 #[derive(Debug)]
 pub(crate) struct Entry {
-    key: Box<[u8]>,
+    key: MapKey,
     /// The next interval's key (`None`: the last interval), or a key below it.
-    end: Option<Box<[u8]>>,
+    end: Option<MapKey>,
     interval: Arc<Loaded>,
     referenced: AtomicBool,
     slot: usize,
@@ -64,8 +65,10 @@ impl Entry {
             + self.interval.footprint()
     }
 
-    fn holds(&self, key: &[u8]) -> bool {
-        *self.key <= *key && self.end.as_deref().is_none_or(|e| key < e)
+    /// Whether `key`, which is at or above this entry's key, lies below its end.
+    fn ends_after(&self, key: &[u8]) -> bool {
+        debug_assert!(*self.key <= *key);
+        self.end.as_deref().is_none_or(|e| key < e)
     }
 
     /// The interval's key and end, and the interval.
@@ -119,7 +122,7 @@ impl IntervalCache {
     ) -> Option<crossbeam_skiplist::map::Entry<'_, MapKey, Arc<Entry>>> {
         self.map
             .upper_bound(Bound::Included(key))
-            .filter(|e| e.value().holds(key))
+            .filter(|e| e.value().ends_after(key))
     }
 
     /// The cached intervals from the one holding `from` on, in key order (`forward`) or
@@ -178,8 +181,8 @@ impl IntervalCache {
     pub(crate) fn put(&self, key: &[u8], end: Option<&[u8]>, interval: Arc<Loaded>) {
         let mut ring = self.ring.lock();
         let mut entry = Entry {
-            key: key.into(),
-            end: end.map(Box::from),
+            key: MapKey::from_slice(key),
+            end: end.map(MapKey::from_slice),
             interval,
             referenced: AtomicBool::new(false),
             slot: 0,

@@ -8,23 +8,41 @@
 //! goes through): the bytes are whole records back to back, each with a good checksum,
 //! and their keys strictly increase.
 
+use smallvec::SmallVec;
+
 use super::record::{peek_key, Record};
 
-/// Bytes of bookkeeping per record, for the cache's size accounting.
-const PER_RECORD: usize = 9;
-/// Bytes of bookkeeping per interval.
-const PER_INTERVAL: usize = 96;
+/// Bytes of bookkeeping per record, for the cache's size accounting: its span and its
+/// fingerprint.
+const PER_RECORD: usize = std::mem::size_of::<Span>() + 2;
+/// Bytes of bookkeeping per interval: the struct and its reference counts.
+const PER_INTERVAL: usize = std::mem::size_of::<Loaded>() + 16;
+
+/// Fingerprints held in the interval's own allocation: an interval splits past 16
+/// records, so most need no second one.
+const INLINE_FPS: usize = 16;
+
+/// Where a record and its key lie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    /// The key's length (keys are at most `MAX_KEY_LEN`, 4 KiB)...
+    key_len: u16,
+    /// ...and where it begins within its record (after the header, at most 31 bytes).
+    key_off: u8,
+}
 
 /// A decoded interval.
+///
+/// A point read touches the fingerprints, then one record's span, then its bytes: the
+/// fingerprints sit in this struct (which the reader's reference count already brought
+/// into the CPU cache) and a span is one 8-byte entry, so a hit costs two cache misses
+/// beyond the struct, not one per array.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Loaded {
     bytes: Vec<u8>,
-    starts: Vec<u32>,
-    fps: Vec<u16>,
-    /// Where each key begins within its record (after the header, at most 31 bytes)...
-    key_offs: Vec<u8>,
-    /// ...and its length (keys are at most `MAX_KEY_LEN`, 4 KiB).
-    key_lens: Vec<u16>,
+    fps: SmallVec<[u16; INLINE_FPS]>,
+    spans: Vec<Span>,
     /// Spread over more extents than half its records (FlexDB §5.2): rewrite it whole
     /// on its next update.
     pub(crate) fragmented: bool,
@@ -61,30 +79,27 @@ impl Loaded {
     /// Builds an interval from records already encoded back to back (by the committer,
     /// which made them): `starts` are where each begins.
     pub(crate) fn from_parts(bytes: Vec<u8>, starts: Vec<u32>) -> Loaded {
-        let n = starts.len();
-        let (mut fps, mut key_offs, mut key_lens) = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
-        for &s in &starts {
-            let rec = &bytes[s as usize..];
+        let mut fps = SmallVec::with_capacity(starts.len());
+        let mut spans = Vec::with_capacity(starts.len());
+        for &start in &starts {
+            let rec = &bytes[start as usize..];
             let key = match peek_key(rec) {
                 Ok(k) => k,
                 Err(_) => unreachable!("records are verified before they become an interval"),
             };
             fps.push(fingerprint(key));
             let off = key.as_ptr() as usize - rec.as_ptr() as usize;
-            key_offs.push(u8::try_from(off).unwrap_or_else(|_| unreachable!("headers are short")));
-            key_lens
-                .push(u16::try_from(key.len()).unwrap_or_else(|_| unreachable!("keys are short")));
+            spans.push(Span {
+                start,
+                key_len: u16::try_from(key.len())
+                    .unwrap_or_else(|_| unreachable!("keys are short")),
+                key_off: u8::try_from(off).unwrap_or_else(|_| unreachable!("headers are short")),
+            });
         }
         Loaded {
             bytes,
-            starts,
             fps,
-            key_offs,
-            key_lens,
+            spans,
             fragmented: false,
         }
     }
@@ -94,17 +109,18 @@ impl Loaded {
         if range.is_empty() {
             return Loaded::from_parts(Vec::new(), Vec::new());
         }
-        let base = self.starts[range.start];
+        let base = self.spans[range.start].start;
         let end = self.span(range.end - 1).1;
         Loaded {
             bytes: self.bytes[base as usize..end].to_vec(),
-            starts: self.starts[range.clone()]
+            fps: self.fps[range.clone()].into(),
+            spans: self.spans[range]
                 .iter()
-                .map(|s| s - base)
+                .map(|s| Span {
+                    start: s.start - base,
+                    ..*s
+                })
                 .collect(),
-            fps: self.fps[range.clone()].to_vec(),
-            key_offs: self.key_offs[range.clone()].to_vec(),
-            key_lens: self.key_lens[range].to_vec(),
             fragmented: false,
         }
     }
@@ -114,27 +130,24 @@ impl Loaded {
         let base = to_u32(self.bytes.len());
         let mut bytes = self.bytes.clone();
         bytes.extend_from_slice(&next.bytes);
-        let mut starts = self.starts.clone();
-        starts.extend(next.starts.iter().map(|s| s + base));
         let mut fps = self.fps.clone();
         fps.extend_from_slice(&next.fps);
-        let mut key_offs = self.key_offs.clone();
-        key_offs.extend_from_slice(&next.key_offs);
-        let mut key_lens = self.key_lens.clone();
-        key_lens.extend_from_slice(&next.key_lens);
+        let mut spans = self.spans.clone();
+        spans.extend(next.spans.iter().map(|s| Span {
+            start: s.start + base,
+            ..*s
+        }));
         Loaded {
             bytes,
-            starts,
             fps,
-            key_offs,
-            key_lens,
+            spans,
             fragmented: false,
         }
     }
 
     /// The number of records.
     pub(crate) fn len(&self) -> usize {
-        self.starts.len()
+        self.spans.len()
     }
 
     /// The interval's size in bytes.
@@ -149,18 +162,19 @@ impl Loaded {
 
     /// Where record `i` starts and ends within the interval.
     pub(crate) fn span(&self, i: usize) -> (usize, usize) {
-        let start = self.starts[i] as usize;
+        let start = self.spans[i].start as usize;
         let end = self
-            .starts
+            .spans
             .get(i + 1)
-            .map_or(self.bytes.len(), |&e| e as usize);
+            .map_or(self.bytes.len(), |e| e.start as usize);
         (start, end)
     }
 
     /// The key of record `i`.
     pub(crate) fn key(&self, i: usize) -> &[u8] {
-        let at = self.starts[i] as usize + usize::from(self.key_offs[i]);
-        &self.bytes[at..at + usize::from(self.key_lens[i])]
+        let s = self.spans[i];
+        let at = s.start as usize + usize::from(s.key_off);
+        &self.bytes[at..at + usize::from(s.key_len)]
     }
 
     /// Record `i`.
@@ -198,7 +212,7 @@ impl Loaded {
 
     /// Bytes of memory this interval takes, for the cache's budget.
     pub(crate) fn footprint(&self) -> usize {
-        PER_INTERVAL + self.bytes.len() + PER_RECORD * self.starts.len()
+        PER_INTERVAL + self.bytes.len() + PER_RECORD * self.spans.len()
     }
 }
 
@@ -243,7 +257,8 @@ mod tests {
         let (s, e) = iv.span(3);
         assert_eq!(e, iv.size());
         assert!(s < e);
-        let rebuilt = Loaded::from_parts(iv.bytes().to_vec(), iv.starts.clone());
+        let starts = iv.spans.iter().map(|s| s.start).collect();
+        let rebuilt = Loaded::from_parts(iv.bytes().to_vec(), starts);
         assert_eq!(rebuilt, iv);
         let (a, b) = (iv.slice(0..1), iv.slice(1..4));
         assert_eq!((a.len(), b.len(), b.key(0)), (1, 3, &b"d"[..]));
