@@ -35,6 +35,21 @@ pub struct Args {
     /// Where the files go (a directory on the file system to measure).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Which parts to run, comma-separated: `loads` (fillrandom and readrandom per
+    /// value size), `scans`, `gc`.
+    #[arg(long, value_delimiter = ',', default_value = "loads,scans,gc")]
+    parts: Vec<Part>,
+}
+
+/// A part of the `paper-wisckey` command.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// fillrandom and readrandom per value size, separation on and off.
+    Loads,
+    /// seekrandom + 50-pair scans over 16 KiB values against sequential reads.
+    Scans,
+    /// overwrite with background GC on and off.
+    Gc,
 }
 
 const KEY: usize = 16;
@@ -276,6 +291,19 @@ pub fn run(args: &Args) {
         "# paper-wisckey: {} MiB of user data per value size, keys of {KEY} bytes\n",
         args.bytes >> 20
     );
+    if args.parts.contains(&Part::Loads) {
+        loads(base, args);
+    }
+    if args.parts.contains(&Part::Scans) {
+        scans(base, args.bytes, args.reads);
+    }
+    if args.parts.contains(&Part::Gc) {
+        gc_effect(base, args.bytes);
+    }
+}
+
+/// The load and read table: every value size, separation on and off.
+fn loads(base: &Path, args: &Args) {
     println!("| value | separation | fillrandom ops/s | MB/s | write amp. | space amp. | readrandom ops/s | fill ratio separated/inline |");
     println!("|---:|---|---:|---:|---:|---:|---:|---:|");
     for vlen in SIZES {
@@ -309,6 +337,4 @@ pub fn run(args: &Args) {
             row("always separated", &default, "n/a");
         }
     }
-    scans(base, args.bytes, args.reads);
-    gc_effect(base, args.bytes);
 }

@@ -20,7 +20,8 @@ pub mod space;
 pub use db::{
     Builder, CheckReport, Db, Durability, GcOptions, GcReport, Iter, Keys, Keyspace, KeyspaceKind,
     LazyIter, LazyValue, Options, Snapshot, Stats, WalRecovery, WriteBatch, MAX_BATCH_BYTES,
-    MAX_BATCH_OPS, MAX_INLINE_VALUE, MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN, MAX_VALUE_LEN,
+    MAX_BATCH_OPS, MAX_INLINE_VALUE, MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN, MAX_SCAN_READ_THREADS,
+    MAX_VALUE_LEN,
 };
 #[doc(hidden)]
 pub use db::{GcHook, GcStep};

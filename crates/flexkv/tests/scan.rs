@@ -79,6 +79,54 @@ fn a_scan_reads_ahead_and_returns_exactly_the_model_both_ways() {
     assert_eq!(inner, want[1..want.len() - 1]);
 }
 
+/// With no reader threads (the scan reads every value itself), with one, and with more
+/// than cores, a scan reads ahead and returns the same pairs; too many is refused.
+#[test]
+fn any_number_of_reader_threads_scans_the_same_and_too_many_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let too_many = Db::builder(dir.path())
+        .scan_read_threads(flexkv::MAX_SCAN_READ_THREADS + 1)
+        .open();
+    assert!(
+        matches!(too_many, Err(flexkv::Error::InvalidArgument(_))),
+        "{too_many:?}"
+    );
+    let mut model = BTreeMap::new();
+    for threads in [0, 1, 8] {
+        let db = Db::builder(dir.path())
+            .value_threshold(64)
+            .memtable_size(32 << 10)
+            .space_options(small_space())
+            .scan_read_threads(threads)
+            .open()
+            .unwrap();
+        for i in (threads..600).step_by(3) {
+            db.put(&key(i), &value(i, threads)).unwrap();
+            model.insert(key(i), value(i, threads));
+        }
+        db.flush().unwrap();
+        let before = db.stats().values_read_ahead;
+        let got: Vec<_> = db.iter().map(|r| r.unwrap()).collect();
+        assert_eq!(
+            got,
+            model.clone().into_iter().collect::<Vec<_>>(),
+            "{threads}"
+        );
+        let ahead = db.stats().values_read_ahead - before;
+        assert!(
+            ahead * 10 > got.len() as u64 * 9,
+            "{threads} threads: {ahead} read ahead"
+        );
+        // Stopping part-way leaves jobs behind; the next scan is not disturbed.
+        let part: Vec<_> = db.iter().take(40).map(|r| r.unwrap()).collect();
+        assert_eq!(part, got[..40]);
+        let back: Vec<_> = db.iter().rev().map(|r| r.unwrap()).collect();
+        assert_eq!(back.len(), got.len());
+        assert!(back.iter().rev().eq(got.iter()));
+        db.close().unwrap();
+    }
+}
+
 /// A damaged value is an error for its own item only; the scan goes on.
 #[test]
 fn a_damaged_value_read_ahead_is_an_error_for_its_item_and_the_scan_goes_on() {

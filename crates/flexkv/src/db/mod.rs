@@ -23,7 +23,8 @@ pub use gc::GcReport;
 pub use manifest::KeyspaceKind;
 pub use options::{
     Builder, Durability, GcHook, GcOptions, GcStep, Options, WalRecovery, MAX_BATCH_BYTES,
-    MAX_BATCH_OPS, MAX_INLINE_VALUE, MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN, MAX_VALUE_LEN,
+    MAX_BATCH_OPS, MAX_INLINE_VALUE, MAX_KEYSPACE_NAME_LEN, MAX_KEY_LEN, MAX_SCAN_READ_THREADS,
+    MAX_VALUE_LEN,
 };
 pub use read::{Iter, Keys, Keyspace, LazyIter, LazyValue, Snapshot};
 pub use stats::Stats;
@@ -42,7 +43,7 @@ use crate::mvcc::{Snapshots, Visibility};
 use crate::sorted::commit::LockHolds;
 use crate::sorted::history;
 use crate::sorted::store::{SortedStore, StoreOptions};
-use crate::vlog::{Holder, Pointer, ValueLog};
+use crate::vlog::{Holder, Pointer, Readers, ValueLog};
 use crate::wal::format::Op;
 use crate::wal::group::GroupCommit;
 use crate::wal::sync::SyncPoint;
@@ -186,8 +187,8 @@ pub(crate) struct Inner {
     /// Held while keyspace records change: by a commit, and by GC's write-back.
     applying: Mutex<()>,
     gc: gc::Gc,
-    /// Threads for scans' parallel value reads, started on first use.
-    read_pool: std::sync::OnceLock<rayon::ThreadPool>,
+    /// Threads for scans' value reads ahead, started on first use.
+    readers: Readers,
     vlog: ValueLog,
     wal: Wal,
     group: GroupCommit<Request, Result<Written>>,
@@ -232,6 +233,12 @@ impl Db {
                 opts.memtable_size
             )));
         }
+        if opts.scan_read_threads > MAX_SCAN_READ_THREADS {
+            return Err(Error::invalid(format!(
+                "scan_read_threads of {} is over {MAX_SCAN_READ_THREADS}",
+                opts.scan_read_threads
+            )));
+        }
         opts.value_threshold = opts.value_threshold.min(MAX_INLINE_VALUE + 1);
         for (name, size) in [
             ("wal_segment_size", opts.wal_segment_size),
@@ -243,6 +250,7 @@ impl Db {
                 )));
             }
         }
+        let scan_read_threads = opts.scan_read_threads;
         let vfs = Arc::clone(&opts.vfs);
         let fresh = check_directory(vfs.as_ref(), path, opts.create_if_missing)?;
         if fresh {
@@ -339,7 +347,7 @@ impl Db {
             flushing: Mutex::new(()),
             applying: Mutex::new(()),
             gc: gc::Gc::default(),
-            read_pool: std::sync::OnceLock::new(),
+            readers: Readers::new(scan_read_threads),
             vlog,
             wal,
             group: GroupCommit::new(),
@@ -627,22 +635,6 @@ impl Inner {
 
     /// The thread pool for scans' parallel value reads (started on first use; if the
     /// system refuses threads, reads run on the caller's).
-    pub(crate) fn read_pool(&self) -> &rayon::ThreadPool {
-        self.read_pool.get_or_init(|| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(READ_THREADS)
-                .thread_name(|i| format!("flexkv-read-{i}"))
-                .build()
-                .or_else(|_| {
-                    rayon::ThreadPoolBuilder::new()
-                        .num_threads(1)
-                        .use_current_thread()
-                        .build()
-                })
-                .unwrap_or_else(|e| panic!("no thread pool for reads: {e}"))
-        })
-    }
-
     /// The sorted store of keyspace `ks`.
     pub(crate) fn store(&self, ks: KeyspaceId) -> Result<Arc<SortedStore>> {
         match self.stores.read().get(&ks) {
@@ -733,10 +725,6 @@ fn open_store(opts: &Options, dir: &Path, id: KeyspaceId) -> Result<SortedStore>
         },
     )
 }
-
-/// Threads reading values in parallel for scans: more than cores, since they wait on
-/// the device (WiscKey §3.3.1 relies on the SSD's internal parallelism).
-const READ_THREADS: usize = 8;
 
 /// The directory of keyspace `id`'s sorted store.
 pub(crate) fn store_dir_name(id: KeyspaceId) -> String {

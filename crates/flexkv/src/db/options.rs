@@ -19,6 +19,8 @@ pub const MAX_INLINE_VALUE: usize = 8 << 10;
 pub const MAX_BATCH_OPS: usize = 1 << 20;
 /// The most key and value bytes in one [`WriteBatch`](crate::WriteBatch) (256 MiB).
 pub const MAX_BATCH_BYTES: usize = 256 << 20;
+/// The most threads reading values ahead for scans ([`Builder::scan_read_threads`]).
+pub const MAX_SCAN_READ_THREADS: usize = 64;
 /// The longest keyspace name, in bytes. Names use ASCII letters, digits, `_`, `-` and
 /// `.`, and are not empty.
 pub const MAX_KEYSPACE_NAME_LEN: usize = 64;
@@ -65,6 +67,7 @@ pub struct Options {
     pub(crate) interval_pairs: usize,
     pub(crate) space: crate::space::SpaceOptions,
     pub(crate) gc: GcOptions,
+    pub(crate) scan_read_threads: usize,
 }
 
 /// Value-log garbage collection settings ([`Builder::gc`]); set fields with
@@ -144,6 +147,10 @@ impl Default for Options {
             interval_pairs: crate::sorted::commit::SPLIT_PAIRS,
             space: crate::space::SpaceOptions::default(),
             gc: GcOptions::default(),
+            // The scan itself reads too, so one core is left to it.
+            scan_read_threads: std::thread::available_parallelism()
+                .map_or(1, |n| n.get().saturating_sub(1))
+                .clamp(1, 8),
         }
     }
 }
@@ -269,6 +276,17 @@ impl Builder {
     /// Value-log garbage collection settings (see [`GcOptions`]).
     pub fn gc(mut self, opts: GcOptions) -> Self {
         self.opts.gc = opts;
+        self
+    }
+
+    /// Threads that read separated values ahead of scans (WiscKey §3.3.1; default: one
+    /// fewer than the cores, at least 1 and at most 8; at most
+    /// [`MAX_SCAN_READ_THREADS`]). A scan reads the values the threads have not begun
+    /// itself, so 0 works too (no threads, reads in the scan's own thread). More
+    /// threads than cores pay when values come from a device with deep queues rather
+    /// than from the page cache, where they only take turns with the scan.
+    pub fn scan_read_threads(mut self, threads: usize) -> Self {
+        self.opts.scan_read_threads = threads;
         self
     }
 

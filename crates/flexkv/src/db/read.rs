@@ -21,7 +21,7 @@ use crate::sorted::interval::Loaded;
 use crate::sorted::store::{Epoch, Run};
 use crate::sorted::Record;
 use crate::sorted::RecordValue;
-use crate::vlog::Pointer;
+use crate::vlog::{Job, Pointer, Wanted};
 use crate::{Durability, Result, WriteBatch};
 
 /// A named keyspace of a [`Db`](crate::Db): its own sorted key order. Cheap to clone.
@@ -194,8 +194,11 @@ impl Snapshot {
             buf_forward: true,
             buf_end: false,
             ahead: HashMap::new(),
+            ahead_bytes: 0,
+            issued: 0,
+            taken: 0,
             streak: 0,
-            batch: READAHEAD_FIRST,
+            batch: (self.guard.db.opts.scan_read_threads + 1).clamp(READAHEAD_FIRST, READAHEAD),
             mems: Vec::new(),
             mems_generation: None,
             mems_forward: true,
@@ -273,13 +276,24 @@ pub struct Iter {
     buf_forward: bool,
     /// The store has nothing past `buf` in this direction.
     buf_end: bool,
-    /// Values read ahead, by pointer: a record's bytes never change, so a value read
-    /// ahead is right whenever its pointer comes up.
-    ahead: HashMap<Pointer, Result<Option<Vec<u8>>>>,
+    /// Values handed to the reader threads, by pointer (the job and the item in it): a
+    /// record's bytes never change, so a value read ahead is right whenever its pointer
+    /// comes up.
+    ahead: HashMap<Pointer, Ahead>,
+    /// The value bytes in `ahead`.
+    ahead_bytes: u64,
+    /// The order the next value handed to the readers gets (they are handed in scan
+    /// order)...
+    issued: u64,
+    /// ...and one past the order of the last one the scan took: those in `ahead` with
+    /// a lower order were passed over (a memtable shadowed their keys).
+    taken: u64,
     /// Separated values resolved in a row without read-ahead.
     streak: u32,
-    /// The next read-ahead's size: it doubles from [`READAHEAD_FIRST`] to [`READAHEAD`],
-    /// so a short scan does not read far past where it stops.
+    /// The read-ahead window (values in flight): [`READAHEAD_FIRST`] (or one more than
+    /// the reader threads), doubling up to [`READAHEAD`] each time a read waited on the
+    /// device. From the page cache a small window keeps the threads busy, and a short
+    /// scan does not read far past where it stops.
     batch: usize,
     /// The memtables (newest first) with the next entry of each in the direction
     /// `mems_forward`, taken from the memtable list of generation `mems_generation`.
@@ -487,13 +501,22 @@ const STORE_AHEAD_FIRST: usize = 16;
 /// ...and at most.
 const STORE_AHEAD: usize = 256;
 
+/// A value handed to the reader threads: the job reading it, its place in the job, and
+/// its order among the values the scan handed.
+#[derive(Debug)]
+struct Ahead {
+    job: Arc<Job>,
+    item: usize,
+    order: u64,
+}
+
 /// Separated values an iterator reads one by one before it starts reading ahead.
 const READAHEAD_AFTER: u32 = 2;
 /// Read ahead only when at least this many values are known to come...
 const READAHEAD_MIN: usize = 4;
-/// ...the first read-ahead takes this many, each next one twice as many...
+/// ...the window is at first this many (or one more than the reader threads)...
 const READAHEAD_FIRST: usize = 8;
-/// ...up to this many at once...
+/// ...and grows up to this many while reads wait on the device...
 const READAHEAD: usize = 64;
 /// ...and the most bytes of them.
 const READAHEAD_BYTES: u64 = 8 << 20;
@@ -688,52 +711,89 @@ impl Iter {
             self.streak = 0;
             return self.guard.db.resolve(ks, key, v, seq, true);
         };
-        if !self.ahead.contains_key(&p) {
-            self.streak += 1;
-            if self.streak > READAHEAD_AFTER {
-                self.read_ahead(p, key);
+        self.streak = self.streak.saturating_add(1);
+        if self.streak > READAHEAD_AFTER && self.in_flight() <= self.batch as u64 / 2 {
+            self.read_ahead(p, key);
+        }
+        if let Some(a) = self.ahead.remove(&p) {
+            self.ahead_bytes -= u64::from(p.len);
+            self.taken = self.taken.max(a.order + 1);
+            if self.ahead.len() as u64 > self.in_flight() + READAHEAD as u64 {
+                self.drop_passed();
             }
+            let (got, slow) = a.job.take(a.item);
+            if slow {
+                // Reads wait on the device: keep more of them in flight.
+                self.batch = (self.batch * 2).min(READAHEAD);
+            }
+            return got.map(Some);
         }
-        match self.ahead.remove(&p) {
-            Some(Ok(Some(b))) => Ok(Some(b)),
-            Some(Err(e)) => Err(e),
-            // Not read ahead, or its segment was collected since: the usual way.
-            Some(Ok(None)) | None => self.guard.db.resolve(ks, key, v, seq, true),
-        }
+        // Not read ahead (or its segment was collected before it could be): the usual way.
+        self.guard.db.resolve(ks, key, v, seq, true)
     }
 
-    /// Reads `p` and the separated values of the buffered store records after it in
-    /// parallel (WiscKey §3.3.1), up to the current batch size (at most [`READAHEAD`])
-    /// or [`READAHEAD_BYTES`].
+    /// Values handed to the readers that the scan has not yet come to.
+    fn in_flight(&self) -> u64 {
+        self.issued - self.taken
+    }
+
+    /// Forgets the values read ahead for keys the scan passed over (a memtable
+    /// shadowed them): a job no one holds is skipped if not yet begun.
+    fn drop_passed(&mut self) {
+        let taken = self.taken;
+        self.ahead.retain(|_, a| a.order >= taken);
+        self.ahead_bytes = self.ahead.keys().map(|p| u64::from(p.len)).sum();
+    }
+
+    /// Hands `p` (unless already handed) and the separated values of the buffered store
+    /// records after it to the reader threads (WiscKey §3.3.1), so that up to the
+    /// current window (and at most [`READAHEAD_BYTES`]) are in flight. The scan goes on
+    /// meanwhile.
     fn read_ahead(&mut self, p: Pointer, key: &[u8]) {
-        if self.ahead.len() > 2 * READAHEAD {
-            self.ahead.clear(); // read ahead for keys a memtable shadowed
+        let (ks, seq) = (self.ks, self.guard.seq);
+        let room = (self.batch as u64).saturating_sub(self.in_flight()) as usize;
+        let mut found: Vec<(Pointer, &[u8])> = Vec::new();
+        let mut bytes = self.ahead_bytes;
+        if !self.ahead.contains_key(&p) {
+            found.push((p, key));
+            bytes += u64::from(p.len);
         }
-        let seq = self.guard.seq;
-        let mut want: Vec<(Pointer, KeyspaceId, &[u8])> = vec![(p, self.ks, key)];
-        let mut bytes = u64::from(p.len);
         for r in self.buf.records(self.buf_forward) {
-            if want.len() >= self.batch || bytes >= READAHEAD_BYTES {
+            if found.len() >= room || bytes >= READAHEAD_BYTES {
                 break;
             }
             if let (true, RecordValue::Separated(q)) = (r.seq <= seq, r.value) {
-                if !self.ahead.contains_key(&q) && q != p {
-                    want.push((q, self.ks, r.key));
+                if q != p && !self.ahead.contains_key(&q) {
+                    found.push((q, r.key));
                     bytes += u64::from(q.len);
                 }
             }
         }
-        if want.len() < READAHEAD_MIN {
+        if self.in_flight() as usize + found.len() < READAHEAD_MIN {
             return; // too few to be worth the threads: read the one value now
         }
-        self.batch = (self.batch * 2).min(READAHEAD);
+        let want: Vec<Wanted> = (self.issued..)
+            .zip(found)
+            .map(|(order, (ptr, key))| Wanted {
+                ptr,
+                ks,
+                key: key.into(),
+                order,
+            })
+            .collect();
         let db = &self.guard.db;
         db.stats
             .read_ahead
             .fetch_add(want.len() as u64, Ordering::Relaxed);
-        let got = db.vlog.read_many(&want, db.read_pool());
-        let ptrs: Vec<Pointer> = want.iter().map(|w| w.0).collect();
-        self.ahead.extend(ptrs.into_iter().zip(got));
+        self.issued += want.len() as u64;
+        for job in db.readers.submit(db.vlog.plan_reads(want)) {
+            for (item, w) in job.run().items().iter().enumerate() {
+                self.ahead_bytes += u64::from(w.ptr.len);
+                let job = Arc::clone(&job);
+                let order = w.order;
+                self.ahead.insert(w.ptr, Ahead { job, item, order });
+            }
+        }
     }
 
     /// Moves `cur` to the next key with a value at this sequence, its version's value

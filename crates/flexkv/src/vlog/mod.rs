@@ -19,8 +19,11 @@
 //! Every segment's bytes are accounted exactly, by who holds them (the private `usage`
 //! module); the database's GC collects segments by those counts, relocating what is live.
 
+mod ahead;
 mod record;
 mod usage;
+
+pub(crate) use ahead::{Job, Readers};
 
 pub use record::Pointer;
 pub(crate) use usage::Holder;
@@ -70,9 +73,6 @@ struct Active {
     synced: bool,
 }
 
-/// A value read through a pointer: `None` if GC removed its segment meanwhile.
-pub(crate) type Fetched = Result<Option<Vec<u8>>>;
-
 /// One record as GC's scan finds it.
 #[derive(Debug)]
 pub(crate) struct Scanned {
@@ -81,6 +81,60 @@ pub(crate) struct Scanned {
     pub(crate) seq: u64,
     pub(crate) key: Box<[u8]>,
     pub(crate) value: Box<[u8]>,
+}
+
+/// A run of back-to-back records is read with one call up to this size.
+const RUN_BYTES: u64 = 1 << 20;
+
+/// One value a scan wants read ahead: its pointer, whose it must be, and when the scan
+/// needs it (lower first).
+#[derive(Debug)]
+pub(crate) struct Wanted {
+    pub(crate) ptr: Pointer,
+    pub(crate) ks: KeyspaceId,
+    pub(crate) key: Box<[u8]>,
+    pub(crate) order: u64,
+}
+
+/// Records to read with one call: back to back in one segment, or a single one.
+#[derive(Debug)]
+pub(crate) struct RunRead {
+    file: Arc<dyn VfsFile>,
+    /// In file order; never empty.
+    items: Vec<Wanted>,
+}
+
+impl RunRead {
+    /// The values this read fetches, in file order.
+    pub(crate) fn items(&self) -> &[Wanted] {
+        &self.items
+    }
+
+    /// Reads the run and checks each record as every read through a pointer is
+    /// checked; the results are in the order of [`RunRead::items`].
+    pub(crate) fn read(&self) -> Vec<Result<Vec<u8>>> {
+        let file = self.file.as_ref();
+        if let [w] = &self.items[..] {
+            // One record: its value is read straight into the buffer returned.
+            return vec![read_direct(file, &w.ptr, w.ks, &w.key)];
+        }
+        let first = self.items[0].ptr;
+        let last = &self.items[self.items.len() - 1];
+        let len = last.ptr.offset + last.ptr.record_len(last.key.len()) - first.offset;
+        let mut buf = vec![0; len as usize];
+        if let Err(e) = read_full(file, &mut buf, first.offset) {
+            return self.items.iter().map(|_| Err(e.duplicate())).collect();
+        }
+        self.items
+            .iter()
+            .map(|w| {
+                let at = (w.ptr.offset - first.offset) as usize;
+                let rec = &buf[at..at + w.ptr.record_len(w.key.len()) as usize];
+                verified(rec, file.path(), &w.ptr, w.ks, &w.key)
+                    .map(|n| rec[HEADER_LEN + w.key.len()..][..n].to_vec())
+            })
+            .collect()
+    }
 }
 
 /// The value log of one database directory.
@@ -353,92 +407,44 @@ impl ValueLog {
         read_direct(file.as_ref(), ptr, ks, key).map(Some)
     }
 
-    /// Reads many values at once (a scan's read-ahead, WiscKey §3.3.1): the records are
-    /// sorted by segment and offset, records that lie back to back are read with one
-    /// call, and the reads run in parallel on `pool`. Each result is as
-    /// [`ValueLog::read_unless_retired`] gives it, in the order asked.
-    pub(crate) fn read_many(
-        &self,
-        want: &[(Pointer, KeyspaceId, &[u8])],
-        pool: &rayon::ThreadPool,
-    ) -> Vec<Fetched> {
-        /// A run of back-to-back records is read whole up to this size.
-        const RUN: u64 = 1 << 20;
-        let mut order: Vec<usize> = (0..want.len()).collect();
-        order.sort_by_key(|&i| (want[i].0.segment, want[i].0.offset));
-        let mut runs: Vec<Vec<usize>> = Vec::new();
-        for i in order {
-            let p = &want[i].0;
-            if let Some(run) = runs.last_mut() {
-                let last = &want[run[run.len() - 1]];
-                let first = &want[run[0]].0;
-                let end = last.0.offset + last.0.record_len(last.2.len());
-                if last.0.segment == p.segment
-                    && end == p.offset
-                    && end - first.offset + p.record_len(want[i].2.len()) <= RUN
+    /// Plans a scan's read-ahead (WiscKey §3.3.1): records of `want` that lie back to
+    /// back (up to [`RUN_BYTES`]) grouped into one read, the reads in the order the scan
+    /// first needs them (by [`Wanted::order`]). A
+    /// value whose segment is gone is left out: the scan reads it the usual way, which
+    /// finds the segment retired and looks the key up again. Each read holds its
+    /// segment's handle, so GC removing the segment later does not disturb it.
+    pub(crate) fn plan_reads(&self, mut want: Vec<Wanted>) -> Vec<RunRead> {
+        want.sort_by_key(|w| (w.ptr.segment, w.ptr.offset));
+        let segments = self.segments.read();
+        // Each run with the first order among its values.
+        let mut runs: Vec<(u64, RunRead)> = Vec::new();
+        for w in want {
+            if let Some((first_order, run)) = runs.last_mut() {
+                let first = run.items[0].ptr;
+                let last = &run.items[run.items.len() - 1];
+                let end = last.ptr.offset + last.ptr.record_len(last.key.len());
+                if last.ptr.segment == w.ptr.segment
+                    && end == w.ptr.offset
+                    && end - first.offset + w.ptr.record_len(w.key.len()) <= RUN_BYTES
                 {
-                    run.push(i);
+                    *first_order = (*first_order).min(w.order);
+                    run.items.push(w);
                     continue;
                 }
             }
-            runs.push(vec![i]);
+            if let Some(file) = segments.get(&w.ptr.segment) {
+                let file = Arc::clone(file);
+                runs.push((
+                    w.order,
+                    RunRead {
+                        file,
+                        items: vec![w],
+                    },
+                ));
+            }
         }
-        use rayon::prelude::*;
-        let done: Vec<Vec<(usize, Fetched)>> = if runs.len() == 1 {
-            vec![self.read_run(want, &runs[0])]
-        } else {
-            pool.install(|| {
-                runs.par_iter()
-                    .map(|run| self.read_run(want, run))
-                    .collect()
-            })
-        };
-        let mut out: Vec<Option<Fetched>> = (0..want.len()).map(|_| None).collect();
-        for (i, r) in done.into_iter().flatten() {
-            out[i] = Some(r);
-        }
-        out.into_iter()
-            .map(|r| r.unwrap_or_else(|| unreachable!("every asked value is in one run")))
-            .collect()
-    }
-
-    /// Reads one run of back-to-back records with one call and checks each.
-    fn read_run(
-        &self,
-        want: &[(Pointer, KeyspaceId, &[u8])],
-        run: &[usize],
-    ) -> Vec<(usize, Fetched)> {
-        let first = want[run[0]].0;
-        let file = self.segments.read().get(&first.segment).cloned();
-        let Some(file) = file.filter(|_| run.len() > 1) else {
-            // One record (read straight into its value's buffer), or a segment that is
-            // retired or missing (each read says which).
-            return run
-                .iter()
-                .map(|&i| {
-                    (
-                        i,
-                        self.read_unless_retired(&want[i].0, want[i].1, want[i].2),
-                    )
-                })
-                .collect();
-        };
-        let last = &want[run[run.len() - 1]];
-        let len = last.0.offset + last.0.record_len(last.2.len()) - first.offset;
-        let mut buf = vec![0; len as usize];
-        if let Err(e) = read_full(file.as_ref(), &mut buf, first.offset) {
-            return run.iter().map(|&i| (i, Err(e.duplicate()))).collect();
-        }
-        run.iter()
-            .map(|&i| {
-                let (p, ks, key) = want[i];
-                let at = (p.offset - first.offset) as usize;
-                let rec = &buf[at..at + p.record_len(key.len()) as usize];
-                let r = verified(rec, file.path(), &p, ks, key)
-                    .map(|n| Some(rec[HEADER_LEN + key.len()..][..n].to_vec()));
-                (i, r)
-            })
-            .collect()
+        runs.sort_by_key(|(order, _)| *order);
+        runs.into_iter().map(|(_, run)| run).collect()
     }
 
     /// Reads every whole record of sealed segment `id`, in order (GC's scan).

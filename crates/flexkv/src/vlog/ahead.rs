@@ -1,0 +1,331 @@
+//! Reader threads for scans' read-ahead (WiscKey §3.3.1).
+//!
+//! A scan that meets separated values one after another plans the next ones into
+//! [`RunRead`]s, hands each to the reader threads as a [`Job`] and goes on without
+//! waiting. When it reaches a value it takes the job's result: it reads the job itself
+//! if no thread has begun it (so a scan never waits on a queue behind busy threads),
+//! and waits only for a read already under way. Scan and readers so share the cores
+//! when the values are in the page cache, and keep many reads in flight when they
+//! come from the device.
+//!
+//! Invariants:
+//! - A job is read exactly once: whoever moves it from `Queued` to `Reading` reads it.
+//! - A job that no scan holds any more (the scan ended, or dropped what it read ahead)
+//!   is skipped by the threads: its `Arc` is the queue's alone.
+//! - Threads block while there is nothing to do, and end when the [`Readers`] (owned by
+//!   the database) is dropped.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::RunRead;
+use crate::Result;
+
+/// A read handed to the reader threads.
+#[derive(Debug)]
+pub(crate) struct Job {
+    run: RunRead,
+    /// [`QUEUED`], [`READING`] or [`DONE`]; moves only forward.
+    phase: AtomicU8,
+    /// One result per item of the run, there once the phase is [`DONE`]; each is taken
+    /// out as the scan comes to it.
+    got: Mutex<Vec<Option<Result<Vec<u8>>>>>,
+    ready: Condvar,
+    /// The read took longer than the page cache would ([`slow`]).
+    slow: AtomicBool,
+}
+
+const QUEUED: u8 = 0;
+const READING: u8 = 1;
+const DONE: u8 = 2;
+
+/// How long a scan spins on a read under way before it sleeps: a read from the page
+/// cache ends within microseconds, far sooner than a sleeping thread is woken.
+const SPIN: u32 = 1 << 14;
+
+/// Whether a read of `bytes` that took `took` waited on the device: longer than 50 µs
+/// plus 1 ns a byte (the page cache copies several bytes a nanosecond).
+fn slow(took: Duration, bytes: u64) -> bool {
+    took > Duration::from_micros(50) + Duration::from_nanos(bytes)
+}
+
+impl Job {
+    fn new(run: RunRead) -> Job {
+        Job {
+            run,
+            phase: AtomicU8::new(QUEUED),
+            got: Mutex::new(Vec::new()),
+            ready: Condvar::new(),
+            slow: AtomicBool::new(false),
+        }
+    }
+
+    /// The values this job reads, in file order.
+    pub(crate) fn run(&self) -> &RunRead {
+        &self.run
+    }
+
+    /// Moves the job from queued to reading: whoever succeeds must read it.
+    fn claim(&self) -> bool {
+        self.phase
+            .compare_exchange(QUEUED, READING, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Reads the claimed job and wakes whoever waits for it.
+    fn read(&self) {
+        let t0 = Instant::now();
+        let got = self.run.read().into_iter().map(Some).collect();
+        let bytes = self.run.items().iter().map(|w| u64::from(w.ptr.len)).sum();
+        self.slow
+            .store(slow(t0.elapsed(), bytes), Ordering::Relaxed);
+        let mut g = self.got.lock();
+        *g = got;
+        // Under the lock, so a waiter that saw the old phase is asleep before this wakes it.
+        self.phase.store(DONE, Ordering::Release);
+        drop(g);
+        self.ready.notify_all();
+    }
+
+    /// The value of item `i` of the run (each item is taken once): read now if no
+    /// thread has begun the job, waited for if one has. With it, whether the read
+    /// waited on the device (the scan then keeps more reads in flight).
+    pub(crate) fn take(&self, i: usize) -> (Result<Vec<u8>>, bool) {
+        if self.claim() {
+            self.read();
+        }
+        let mut spins = 0;
+        while self.phase.load(Ordering::Acquire) != DONE && spins < SPIN {
+            std::hint::spin_loop();
+            spins += 1;
+        }
+        let mut g = self.got.lock();
+        while self.phase.load(Ordering::Acquire) != DONE {
+            self.ready.wait(&mut g);
+        }
+        let got = g
+            .get_mut(i)
+            .and_then(Option::take)
+            .unwrap_or_else(|| unreachable!("item {i} of a read-ahead taken twice"));
+        (got, self.slow.load(Ordering::Relaxed))
+    }
+}
+
+/// The reader threads, started on first use. Dropping this ends them once they finish
+/// what they are reading.
+#[derive(Debug)]
+pub(crate) struct Readers {
+    threads: usize,
+    queue: Arc<Queue>,
+    started: OnceLock<bool>,
+}
+
+/// The jobs waiting for a thread, nearest first.
+#[derive(Debug, Default)]
+struct Queue {
+    jobs: Mutex<Waiting>,
+    more: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Waiting {
+    jobs: VecDeque<Arc<Job>>,
+    /// Set when the [`Readers`] is dropped: the threads end.
+    closed: bool,
+}
+
+impl Readers {
+    /// Readers with `threads` threads (none: every scan reads its jobs itself).
+    pub(crate) fn new(threads: usize) -> Readers {
+        Readers {
+            threads,
+            queue: Arc::default(),
+            started: OnceLock::new(),
+        }
+    }
+
+    /// Queues `runs` (nearest first) for the threads and returns their jobs in the same
+    /// order. If no thread could be started, the scan reads each job itself.
+    pub(crate) fn submit(&self, runs: Vec<RunRead>) -> Vec<Arc<Job>> {
+        let jobs: Vec<Arc<Job>> = runs
+            .into_iter()
+            .map(|run| Arc::new(Job::new(run)))
+            .collect();
+        if self.threads > 0 && *self.started.get_or_init(|| self.start()) {
+            let mut w = self.queue.jobs.lock();
+            w.jobs.extend(jobs.iter().cloned());
+            drop(w);
+            for _ in 0..jobs.len().min(self.threads) {
+                self.queue.more.notify_one();
+            }
+        }
+        jobs
+    }
+
+    /// Starts the threads; false if not even one could be started.
+    fn start(&self) -> bool {
+        let mut started = 0;
+        for i in 0..self.threads {
+            let queue = Arc::clone(&self.queue);
+            let spawned = std::thread::Builder::new()
+                .name(format!("flexkv-read-{i}"))
+                .spawn(move || work(&queue));
+            started += usize::from(spawned.is_ok());
+        }
+        started > 0
+    }
+}
+
+impl Drop for Readers {
+    fn drop(&mut self) {
+        self.queue.jobs.lock().closed = true;
+        self.queue.more.notify_all();
+    }
+}
+
+/// A reader thread: takes jobs until the [`Readers`] is dropped and the queue is empty.
+fn work(queue: &Queue) {
+    loop {
+        let job = {
+            let mut w = queue.jobs.lock();
+            loop {
+                // The farthest first: the scan reads the nearest itself, so the two
+                // meet in the middle instead of waiting on the same read.
+                if let Some(job) = w.jobs.pop_back() {
+                    break job;
+                }
+                if w.closed {
+                    return;
+                }
+                queue.more.wait(&mut w);
+            }
+        };
+        // Held by the queue alone: the scan has moved on or ended.
+        if Arc::strong_count(&job) > 1 && job.claim() {
+            job.read();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{FaultVfs, Vfs};
+    use crate::vlog::{NewValue, Pointer, ValueLog, Wanted};
+    use std::path::Path;
+
+    /// A value log with `n` values of 1 KiB back to back; their pointers.
+    fn log(vfs: &FaultVfs, n: usize) -> (ValueLog, Vec<Pointer>) {
+        let dir = Path::new("/db");
+        vfs.create_dir_all(dir).unwrap();
+        let log = ValueLog::open(vfs.shared(), dir, 1 << 20).unwrap();
+        let keys: Vec<String> = (0..n).map(|i| format!("key{i}")).collect();
+        let values: Vec<Vec<u8>> = (0..n).map(|i| vec![i as u8; 1024]).collect();
+        let new: Vec<NewValue> = (0..n)
+            .map(|i| NewValue {
+                ks: 0,
+                key: keys[i].as_bytes(),
+                seq: i as u64,
+                value: &values[i],
+            })
+            .collect();
+        let ptrs = log.append(&new).unwrap();
+        (log, ptrs)
+    }
+
+    fn wanted(ptrs: &[Pointer], i: usize, order: u64) -> Wanted {
+        Wanted {
+            ptr: ptrs[i],
+            ks: 0,
+            key: format!("key{i}").into_bytes().into(),
+            order,
+        }
+    }
+
+    /// Back-to-back records become one read; reads come in the order the scan needs
+    /// them; every value reads back right whoever reads it.
+    #[test]
+    fn planned_reads_group_neighbours_and_keep_the_scans_order() {
+        let vfs = FaultVfs::new(1);
+        let (log, ptrs) = log(&vfs, 8);
+        // The scan needs 6, 7, then 0, 1, 2, then 4 (3 and 5 it does not want).
+        let want = [(6, 0), (7, 1), (0, 2), (1, 3), (2, 4), (4, 5)]
+            .into_iter()
+            .map(|(i, order)| wanted(&ptrs, i, order))
+            .collect();
+        let runs = log.plan_reads(want);
+        let items: Vec<Vec<u64>> = runs
+            .iter()
+            .map(|r| r.items().iter().map(|w| w.order).collect())
+            .collect();
+        assert_eq!(items, vec![vec![0, 1], vec![2, 3, 4], vec![5]]);
+        // No threads: the scan reads each job itself, one read call per run of
+        // neighbours (two for a lone record: its header, then its value).
+        let readers = Readers::new(0);
+        let before = vfs.op_count();
+        for job in readers.submit(runs) {
+            for (i, w) in job.run().items().iter().enumerate() {
+                let (got, _) = job.take(i);
+                let n = ptrs.iter().position(|p| *p == w.ptr).unwrap() as u8;
+                assert_eq!(got.unwrap(), vec![n; 1024], "order {}", w.order);
+            }
+        }
+        assert_eq!(vfs.op_count() - before, 1 + 1 + 2);
+    }
+
+    /// A thread skips a job that no scan holds any more, and reads one that a scan
+    /// holds exactly once.
+    #[test]
+    fn a_job_no_scan_holds_is_skipped_and_a_held_one_read_once() {
+        let vfs = FaultVfs::new(2);
+        let (log, ptrs) = log(&vfs, 4);
+        let runs = log.plan_reads(vec![wanted(&ptrs, 0, 0), wanted(&ptrs, 2, 1)]);
+        let jobs: Vec<Arc<Job>> = runs.into_iter().map(|r| Arc::new(Job::new(r))).collect();
+        let queue = Queue::default();
+        queue.jobs.lock().jobs.extend(jobs.iter().cloned());
+        queue.jobs.lock().closed = true;
+        let [held, dropped]: [Arc<Job>; 2] = jobs.try_into().unwrap();
+        drop(dropped);
+        let before = vfs.op_count();
+        work(&queue); // drains the queue, then ends: it is closed
+        assert_eq!(
+            vfs.op_count() - before,
+            2,
+            "one lone record read, one skipped"
+        );
+        assert_eq!(held.phase.load(Ordering::Acquire), DONE);
+        assert!(!held.claim(), "a read job is never claimed again");
+        assert_eq!(held.take(0).0.unwrap(), vec![0u8; 1024]);
+        assert_eq!(
+            vfs.op_count() - before,
+            2,
+            "taking a read job reads nothing"
+        );
+    }
+
+    /// A scan that takes a job a thread is reading waits for that read, and both see
+    /// one read.
+    #[test]
+    fn a_scan_waits_for_a_read_under_way() {
+        let vfs = FaultVfs::new(3);
+        let (log, ptrs) = log(&vfs, 2);
+        let run = log.plan_reads(vec![wanted(&ptrs, 1, 0)]).remove(0);
+        let job = Arc::new(Job::new(run));
+        assert!(job.claim()); // as a thread would
+        let reader = {
+            let job = Arc::clone(&job);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50)); // past the spin: a sleep
+                job.read();
+            })
+        };
+        let before = vfs.op_count();
+        assert_eq!(job.take(0).0.unwrap(), vec![1u8; 1024]);
+        reader.join().unwrap();
+        assert_eq!(vfs.op_count() - before, 2, "read once, by the thread");
+    }
+}
