@@ -43,9 +43,27 @@ const QUEUED: u8 = 0;
 const READING: u8 = 1;
 const DONE: u8 = 2;
 
-/// How long a scan spins on a read under way before it sleeps: a read from the page
-/// cache ends within microseconds, far sooner than a sleeping thread is woken.
-const SPIN: u32 = 1 << 14;
+/// How long a scan spins on a read under way, and a thread on an empty queue, before
+/// sleeping: a read from the page cache ends, and a scan hands the next jobs, within
+/// microseconds, sooner than a sleeping thread is woken (and the wake-up costs the
+/// waker a system call).
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Spins until `done` holds or [`SPIN`] has passed; whether it holds.
+fn spin_until(done: impl Fn() -> bool) -> bool {
+    let t0 = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if done() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if t0.elapsed() > SPIN {
+            return done();
+        }
+    }
+}
 
 /// Whether a read of `bytes` that took `took` waited on the device: longer than 50 µs
 /// plus 1 ns a byte (the page cache copies several bytes a nanosecond).
@@ -98,11 +116,7 @@ impl Job {
         if self.claim() {
             self.read();
         }
-        let mut spins = 0;
-        while self.phase.load(Ordering::Acquire) != DONE && spins < SPIN {
-            std::hint::spin_loop();
-            spins += 1;
-        }
+        spin_until(|| self.phase.load(Ordering::Acquire) == DONE);
         let mut g = self.got.lock();
         while self.phase.load(Ordering::Acquire) != DONE {
             self.ready.wait(&mut g);
@@ -129,6 +143,9 @@ pub(crate) struct Readers {
 struct Queue {
     jobs: Mutex<Waiting>,
     more: Condvar,
+    /// Jobs have been queued since a thread last found the queue empty (read without
+    /// the lock by a thread spinning before it sleeps).
+    queued: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -158,6 +175,7 @@ impl Readers {
         if self.threads > 0 && *self.started.get_or_init(|| self.start()) {
             let mut w = self.queue.jobs.lock();
             w.jobs.extend(jobs.iter().cloned());
+            self.queue.queued.store(true, Ordering::Release);
             drop(w);
             for _ in 0..jobs.len().min(self.threads) {
                 self.queue.more.notify_one();
@@ -192,6 +210,7 @@ fn work(queue: &Queue) {
     loop {
         let job = {
             let mut w = queue.jobs.lock();
+            let mut spun = false;
             loop {
                 // The farthest first: the scan reads the nearest itself, so the two
                 // meet in the middle instead of waiting on the same read.
@@ -201,7 +220,17 @@ fn work(queue: &Queue) {
                 if w.closed {
                     return;
                 }
-                queue.more.wait(&mut w);
+                queue.queued.store(false, Ordering::Relaxed);
+                if spun {
+                    queue.more.wait(&mut w);
+                } else {
+                    // A scan hands the next jobs within microseconds; being woken from
+                    // a sleep takes longer, and costs the scan the wake-up call.
+                    spun = true;
+                    drop(w);
+                    spin_until(|| queue.queued.load(Ordering::Acquire));
+                    w = queue.jobs.lock();
+                }
             }
         };
         // Held by the queue alone: the scan has moved on or ended.
