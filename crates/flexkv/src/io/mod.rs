@@ -100,6 +100,18 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
         Ok(self.len()? == 0)
     }
 
+    /// Reads into `head`, then `body`, from `offset` (a record's header and its value
+    /// into buffers of their own); returns how many bytes were read in all, which is
+    /// fewer than both lengths only at the end of the file. One read where the file
+    /// system can: a value from the device then costs one request, not two.
+    fn read_two_at(&self, head: &mut [u8], body: &mut [u8], offset: u64) -> Result<usize> {
+        let n = self.read_at(head, offset)?;
+        if n < head.len() {
+            return Ok(n);
+        }
+        Ok(n + self.read_at(body, offset + n as u64)?)
+    }
+
     /// Reads exactly `buf.len()` bytes from `offset`; reaching the end of the file first
     /// is an [`Error::Io`] of kind `UnexpectedEof`.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {

@@ -6,6 +6,7 @@
 //! inside one process).
 
 use std::fs::{self, File, OpenOptions};
+use std::io::IoSliceMut;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -111,6 +112,32 @@ impl VfsFile for RealFile {
         &self.path
     }
 
+    fn read_two_at(&self, head: &mut [u8], body: &mut [u8], offset: u64) -> Result<usize> {
+        let total = head.len() + body.len();
+        let n = loop {
+            let mut bufs = [IoSliceMut::new(head), IoSliceMut::new(body)];
+            match rustix::io::preadv(&self.file, &mut bufs, offset) {
+                Ok(n) => break n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(Error::io("read", &self.path, e.into())),
+            }
+        };
+        if n == total || n == 0 {
+            return Ok(n);
+        }
+        // A short read (the end of the file, or a signal): the rest one buffer at a time.
+        if n < head.len() {
+            let m = self.read_at(&mut head[n..], offset + n as u64)?;
+            if n + m < head.len() {
+                return Ok(n + m);
+            }
+            Ok(head.len() + self.read_at(body, offset + head.len() as u64)?)
+        } else {
+            let k = n - head.len();
+            Ok(n + self.read_at(&mut body[k..], offset + n as u64)?)
+        }
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         let mut done = 0;
         while done < buf.len() {
@@ -181,6 +208,42 @@ mod tests {
 
     fn vfs_in_tempdir() -> (tempfile::TempDir, RealVfs) {
         (tempfile::tempdir().unwrap(), RealVfs)
+    }
+
+    /// One `preadv` into two buffers reads what two `pread`s would, at the end of the
+    /// file too (the trait's default, which the in-memory file system uses, is the
+    /// reference).
+    #[test]
+    fn reading_into_two_buffers_matches_two_reads() {
+        let (dir, vfs) = vfs_in_tempdir();
+        let data: Vec<u8> = (0..100u8).collect();
+        let real = vfs
+            .open(&dir.path().join("f"), OpenMode::CreateNew)
+            .unwrap();
+        real.append(&data).unwrap();
+        let fault = crate::io::FaultVfs::new(1);
+        fault.create_dir_all(Path::new("/d")).unwrap();
+        let mem = fault.open(Path::new("/d/f"), OpenMode::CreateNew).unwrap();
+        mem.append(&data).unwrap();
+        // (head, body, offset): inside, ending exactly at the end, past it in the body,
+        // past it in the head, at the end, and an empty body.
+        for (h, b, at) in [
+            (10, 20, 5),
+            (10, 20, 70),
+            (5, 20, 90),
+            (10, 20, 93),
+            (4, 4, 100),
+            (7, 0, 3),
+        ] {
+            let mut got = (vec![0xAA; h], vec![0xAA; b]);
+            let mut want = (vec![0xAA; h], vec![0xAA; b]);
+            let n = real.read_two_at(&mut got.0, &mut got.1, at).unwrap();
+            let m = mem.read_two_at(&mut want.0, &mut want.1, at).unwrap();
+            assert_eq!((n, &got), (m, &want), "head {h}, body {b}, at {at}");
+            assert_eq!(n, (h + b).min(100 - at as usize));
+            let end = (at as usize + h).min(100);
+            assert_eq!(got.0[..end - at as usize], data[at as usize..end]);
+        }
     }
 
     #[test]

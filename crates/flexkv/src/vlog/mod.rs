@@ -594,9 +594,14 @@ fn read_full(file: &dyn VfsFile, buf: &mut [u8], offset: u64) -> Result<()> {
 /// [`verified`] does.
 fn read_direct(file: &dyn VfsFile, ptr: &Pointer, ks: KeyspaceId, key: &[u8]) -> Result<Vec<u8>> {
     let mut head = vec![0; HEADER_LEN + key.len()];
-    read_full(file, &mut head, ptr.offset)?;
     let mut value = vec![0; ptr.len as usize];
-    read_full(file, &mut value, ptr.offset + head.len() as u64)?;
+    if file.read_two_at(&mut head, &mut value, ptr.offset)? < head.len() + value.len() {
+        return Err(Error::corruption(
+            file.path(),
+            ptr.offset,
+            "pointer reaches past the end of its segment",
+        ));
+    }
     let stored_key = &head[HEADER_LEN..];
     let payload_crc = crc32c::crc32c_append(crc32c::crc32c(stored_key), &value);
     check_record(&head, payload_crc, stored_key, file.path(), ptr, ks, key)?;
