@@ -92,17 +92,28 @@ fn any_number_of_reader_threads_scans_the_same_and_too_many_is_refused() {
         "{too_many:?}"
     );
     let mut model = BTreeMap::new();
-    for threads in [0, 1, 8] {
+    // With reads taken as slow, the device path runs: the window grows, threads take
+    // the nearest job first, and the scan reads queued jobs while it waits.
+    for (threads, slow) in [
+        (0, false),
+        (1, false),
+        (8, false),
+        (0, true),
+        (1, true),
+        (8, true),
+    ] {
         let db = Db::builder(dir.path())
             .value_threshold(64)
             .memtable_size(32 << 10)
             .space_options(small_space())
             .scan_read_threads(threads)
+            .scan_reads_slow(slow)
             .open()
             .unwrap();
-        for i in (threads..600).step_by(3) {
-            db.put(&key(i), &value(i, threads)).unwrap();
-            model.insert(key(i), value(i, threads));
+        let version = threads + usize::from(slow);
+        for i in (version..600).step_by(3) {
+            db.put(&key(i), &value(i, version)).unwrap();
+            model.insert(key(i), value(i, version));
         }
         db.flush().unwrap();
         let before = db.stats().values_read_ahead;

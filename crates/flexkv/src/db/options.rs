@@ -68,6 +68,7 @@ pub struct Options {
     pub(crate) space: crate::space::SpaceOptions,
     pub(crate) gc: GcOptions,
     pub(crate) scan_read_threads: usize,
+    pub(crate) scan_reads_slow: bool,
 }
 
 /// Value-log garbage collection settings ([`Builder::gc`]); set fields with
@@ -151,6 +152,7 @@ impl Default for Options {
             scan_read_threads: std::thread::available_parallelism()
                 .map_or(1, |n| n.get().saturating_sub(1))
                 .clamp(1, 8),
+            scan_reads_slow: false,
         }
     }
 }
@@ -287,6 +289,16 @@ impl Builder {
     /// than from the page cache, where they only take turns with the scan.
     pub fn scan_read_threads(mut self, threads: usize) -> Self {
         self.opts.scan_read_threads = threads;
+        self
+    }
+
+    /// Treats every value a scan reads ahead as if it had waited on the device, so the
+    /// read-ahead's device path (a growing window, jobs taken nearest first, the scan
+    /// reading queued jobs while it waits) runs on a fast file system. For tests
+    /// (hidden).
+    #[doc(hidden)]
+    pub fn scan_reads_slow(mut self, yes: bool) -> Self {
+        self.opts.scan_reads_slow = yes;
         self
     }
 

@@ -21,7 +21,7 @@ use crate::sorted::interval::Loaded;
 use crate::sorted::store::{Epoch, Run};
 use crate::sorted::Record;
 use crate::sorted::RecordValue;
-use crate::vlog::{Job, Pointer, Wanted};
+use crate::vlog::{First, Job, Pointer, Wanted};
 use crate::{Durability, Result, WriteBatch};
 
 /// A named keyspace of a [`Db`](crate::Db): its own sorted key order. Cheap to clone.
@@ -198,7 +198,7 @@ impl Snapshot {
             issued: 0,
             taken: 0,
             streak: 0,
-            batch: (self.guard.db.opts.scan_read_threads + 1).clamp(READAHEAD_FIRST, READAHEAD),
+            batch: first_window(&self.guard.db),
             mems: Vec::new(),
             mems_generation: None,
             mems_forward: true,
@@ -501,6 +501,11 @@ const STORE_AHEAD_FIRST: usize = 16;
 /// ...and at most.
 const STORE_AHEAD: usize = 256;
 
+/// The read-ahead window a scan starts with.
+fn first_window(db: &super::Inner) -> usize {
+    (db.opts.scan_read_threads + 1).clamp(READAHEAD_FIRST, READAHEAD)
+}
+
 /// A value handed to the reader threads: the job reading it, its place in the job, and
 /// its order among the values the scan handed.
 #[derive(Debug)]
@@ -721,7 +726,13 @@ impl Iter {
             if self.ahead.len() as u64 > self.in_flight() + READAHEAD as u64 {
                 self.drop_passed();
             }
+            if self.batch > self.first_batch() {
+                // Reads wait on the device: while a thread reads this value, the scan
+                // reads the nearest one no thread has begun, one more read in flight.
+                while a.job.under_way() && self.read_next_queued() {}
+            }
             let (got, slow) = a.job.take(a.item);
+            let slow = slow || self.guard.db.opts.scan_reads_slow;
             if slow {
                 // Reads wait on the device: keep more of them in flight.
                 self.batch = (self.batch * 2).min(READAHEAD);
@@ -730,6 +741,19 @@ impl Iter {
         }
         // Not read ahead (or its segment was collected before it could be): the usual way.
         self.guard.db.resolve(ks, key, v, seq, true)
+    }
+
+    /// Reads the nearest job handed to the readers that no one has begun; whether
+    /// there was one.
+    fn read_next_queued(&self) -> bool {
+        let mut queued: Vec<&Ahead> = self.ahead.values().filter(|a| a.job.queued()).collect();
+        queued.sort_by_key(|a| a.order);
+        queued.iter().any(|a| a.job.read_if_queued())
+    }
+
+    /// The read-ahead window before any read waited on the device.
+    fn first_batch(&self) -> usize {
+        first_window(&self.guard.db)
     }
 
     /// Values handed to the readers that the scan has not yet come to.
@@ -786,7 +810,13 @@ impl Iter {
             .read_ahead
             .fetch_add(want.len() as u64, Ordering::Relaxed);
         self.issued += want.len() as u64;
-        for job in db.readers.submit(db.vlog.plan_reads(want)) {
+        // A window grown past its first size means reads wait on the device.
+        let first = if self.batch > self.first_batch() {
+            First::Nearest
+        } else {
+            First::Farthest
+        };
+        for job in db.readers.submit(db.vlog.plan_reads(want), first) {
             for (item, w) in job.run().items().iter().enumerate() {
                 self.ahead_bytes += u64::from(w.ptr.len);
                 let job = Arc::clone(&job);

@@ -87,6 +87,25 @@ impl Job {
         &self.run
     }
 
+    /// Whether no one has begun the job.
+    pub(crate) fn queued(&self) -> bool {
+        self.phase.load(Ordering::Acquire) == QUEUED
+    }
+
+    /// Whether someone is reading the job now.
+    pub(crate) fn under_way(&self) -> bool {
+        self.phase.load(Ordering::Acquire) == READING
+    }
+
+    /// Reads the job unless someone has begun it; whether this call read it.
+    pub(crate) fn read_if_queued(&self) -> bool {
+        let mine = self.claim();
+        if mine {
+            self.read();
+        }
+        mine
+    }
+
     /// Moves the job from queued to reading: whoever succeeds must read it.
     fn claim(&self) -> bool {
         self.phase
@@ -129,6 +148,13 @@ impl Job {
     }
 }
 
+/// Which of a scan's jobs the threads take first (see [`Readers::submit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum First {
+    Farthest,
+    Nearest,
+}
+
 /// The reader threads, started on first use. Dropping this ends them once they finish
 /// what they are reading.
 #[derive(Debug)]
@@ -155,6 +181,20 @@ struct Waiting {
     closed: bool,
 }
 
+impl Waiting {
+    /// Queues a scan's `jobs` (nearest first) for the threads, which take from the back.
+    fn push(&mut self, jobs: &[Arc<Job>], first: First) {
+        match first {
+            First::Farthest => self.jobs.extend(jobs.iter().cloned()),
+            First::Nearest => {
+                for job in jobs {
+                    self.jobs.push_front(Arc::clone(job));
+                }
+            }
+        }
+    }
+}
+
 impl Readers {
     /// Readers with `threads` threads (none: every scan reads its jobs itself).
     pub(crate) fn new(threads: usize) -> Readers {
@@ -167,14 +207,22 @@ impl Readers {
 
     /// Queues `runs` (nearest first) for the threads and returns their jobs in the same
     /// order. If no thread could be started, the scan reads each job itself.
-    pub(crate) fn submit(&self, runs: Vec<RunRead>) -> Vec<Arc<Job>> {
+    ///
+    /// The threads take the job at the back of the queue. `Farthest` puts the runs
+    /// there, farthest last, for reads from the page cache: the scan reads the nearest
+    /// itself and the two meet in the middle. `Nearest` puts them at the front in
+    /// reverse, behind every job queued before, for reads from the device: the scan
+    /// would only wait on its own read, so the threads had better read in the order
+    /// the scan needs, and what lies past where a scan stops is left for last (and
+    /// skipped once the scan is gone).
+    pub(crate) fn submit(&self, runs: Vec<RunRead>, first: First) -> Vec<Arc<Job>> {
         let jobs: Vec<Arc<Job>> = runs
             .into_iter()
             .map(|run| Arc::new(Job::new(run)))
             .collect();
         if self.threads > 0 && *self.started.get_or_init(|| self.start()) {
             let mut w = self.queue.jobs.lock();
-            w.jobs.extend(jobs.iter().cloned());
+            w.push(&jobs, first);
             self.queue.queued.store(true, Ordering::Release);
             drop(w);
             for _ in 0..jobs.len().min(self.threads) {
@@ -212,8 +260,7 @@ fn work(queue: &Queue) {
             let mut w = queue.jobs.lock();
             let mut spun = false;
             loop {
-                // The farthest first: the scan reads the nearest itself, so the two
-                // meet in the middle instead of waiting on the same read.
+                // The back: see `Readers::submit` for what lies there.
                 if let Some(job) = w.jobs.pop_back() {
                     break job;
                 }
@@ -296,7 +343,7 @@ mod tests {
         // neighbours (two for a lone record: its header, then its value).
         let readers = Readers::new(0);
         let before = vfs.op_count();
-        for job in readers.submit(runs) {
+        for job in readers.submit(runs, First::Farthest) {
             for (i, w) in job.run().items().iter().enumerate() {
                 let (got, _) = job.take(i);
                 let n = ptrs.iter().position(|p| *p == w.ptr).unwrap() as u8;
@@ -334,6 +381,31 @@ mod tests {
             2,
             "taking a read job reads nothing"
         );
+    }
+
+    /// From the page cache the threads take a scan's farthest job first (the scan reads
+    /// the nearest); from the device the nearest, jobs queued earlier before later ones.
+    #[test]
+    fn threads_take_the_farthest_or_the_nearest_job_first() {
+        let vfs = FaultVfs::new(4);
+        let (log, ptrs) = log(&vfs, 8);
+        // Two batches of two jobs each, far apart in the file so none merge.
+        let batch = |a: usize, b: usize, order: u64| -> Vec<Arc<Job>> {
+            log.plan_reads(vec![wanted(&ptrs, a, order), wanted(&ptrs, b, order + 1)])
+                .into_iter()
+                .map(|r| Arc::new(Job::new(r)))
+                .collect()
+        };
+        let taken = |first: First| -> Vec<u64> {
+            let mut w = Waiting::default();
+            w.push(&batch(0, 2, 0), first);
+            w.push(&batch(4, 6, 2), first);
+            std::iter::from_fn(|| w.jobs.pop_back())
+                .map(|j| j.run().items()[0].order)
+                .collect()
+        };
+        assert_eq!(taken(First::Farthest), vec![3, 2, 1, 0]);
+        assert_eq!(taken(First::Nearest), vec![0, 1, 2, 3]);
     }
 
     /// A scan that takes a job a thread is reading waits for that read, and both see

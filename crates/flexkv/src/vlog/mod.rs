@@ -23,7 +23,7 @@ mod ahead;
 mod record;
 mod usage;
 
-pub(crate) use ahead::{Job, Readers};
+pub(crate) use ahead::{First, Job, Readers};
 
 pub use record::Pointer;
 pub(crate) use usage::Holder;
