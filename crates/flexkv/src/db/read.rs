@@ -198,7 +198,7 @@ impl Snapshot {
             issued: 0,
             taken: 0,
             streak: 0,
-            batch: first_window(&self.guard.db),
+            batch: start_window(&self.guard.db),
             mems: Vec::new(),
             mems_generation: None,
             mems_forward: true,
@@ -501,9 +501,19 @@ const STORE_AHEAD_FIRST: usize = 16;
 /// ...and at most.
 const STORE_AHEAD: usize = 256;
 
-/// The read-ahead window a scan starts with.
+/// The read-ahead window before any read waited on the device.
 fn first_window(db: &super::Inner) -> usize {
     (db.opts.scan_read_threads + 1).clamp(READAHEAD_FIRST, READAHEAD)
+}
+
+/// The read-ahead window a scan starts with: the first one, or twice that if the last
+/// value a scan took waited on the device (the scan then starts on the device path).
+fn start_window(db: &super::Inner) -> usize {
+    if db.readers.device() {
+        (2 * first_window(db)).min(READAHEAD)
+    } else {
+        first_window(db)
+    }
 }
 
 /// A value handed to the reader threads: the job reading it, its place in the job, and
@@ -717,7 +727,13 @@ impl Iter {
             return self.guard.db.resolve(ks, key, v, seq, true);
         };
         self.streak = self.streak.saturating_add(1);
-        if self.streak > READAHEAD_AFTER && self.in_flight() <= self.batch as u64 / 2 {
+        // On the device path a scan reads ahead from its second value.
+        let after = if self.batch > self.first_batch() {
+            1
+        } else {
+            READAHEAD_AFTER
+        };
+        if self.streak > after && self.in_flight() <= self.batch as u64 / 2 {
             self.read_ahead(p, key);
         }
         if let Some(a) = self.ahead.remove(&p) {
@@ -733,6 +749,7 @@ impl Iter {
             }
             let (got, slow) = a.job.take(a.item);
             let slow = slow || self.guard.db.opts.scan_reads_slow;
+            self.guard.db.readers.set_device(slow);
             if slow {
                 // Reads wait on the device: keep more of them in flight.
                 self.batch = (self.batch * 2).min(READAHEAD);

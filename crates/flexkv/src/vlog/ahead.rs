@@ -160,6 +160,9 @@ pub(crate) enum First {
 #[derive(Debug)]
 pub(crate) struct Readers {
     threads: usize,
+    /// The last value a scan took waited on the device: the next scan starts as one
+    /// that has seen that.
+    device: AtomicBool,
     queue: Arc<Queue>,
     started: OnceLock<bool>,
 }
@@ -200,8 +203,21 @@ impl Readers {
     pub(crate) fn new(threads: usize) -> Readers {
         Readers {
             threads,
+            device: AtomicBool::new(false),
             queue: Arc::default(),
             started: OnceLock::new(),
+        }
+    }
+
+    /// Whether the last value a scan took waited on the device.
+    pub(crate) fn device(&self) -> bool {
+        self.device.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the value a scan just took waited on the device.
+    pub(crate) fn set_device(&self, yes: bool) {
+        if self.device() != yes {
+            self.device.store(yes, Ordering::Relaxed);
         }
     }
 
