@@ -356,9 +356,22 @@ fn a_delete_and_an_overwrite_committed_inside_the_pause_win() {
 /// was when they were taken.
 #[test]
 fn gc_races_with_writes_deletes_snapshots_iterators_and_commits() {
+    gc_race(false);
+}
+
+/// The same race with the scans' read-ahead on its device path (jobs taken nearest
+/// first, the scan reading queued jobs while it waits), which a fast file system
+/// otherwise never takes.
+#[test]
+fn gc_races_with_scans_reading_ahead_on_the_device_path() {
+    gc_race(true);
+}
+
+fn gc_race(device_path: bool) {
     let dir = tempfile::tempdir().unwrap();
     let db = Arc::new(
         builder(dir.path())
+            .scan_reads_slow(device_path)
             .memtable_size(8 << 10)
             .gc(GcOptions {
                 segment_garbage: 0.1,
@@ -385,8 +398,16 @@ fn gc_races_with_writes_deletes_snapshots_iterators_and_commits() {
         let (db, stop) = (Arc::clone(&db), Arc::clone(&stop));
         std::thread::spawn(move || {
             let mut seen = 0;
+            let mut round = 0;
             while !stop.load(Ordering::SeqCst) {
-                for item in db.iter() {
+                // Whole scans, and short ones that stop with reads still handed out.
+                let items: Box<dyn Iterator<Item = _>> = if round % 2 == 0 {
+                    Box::new(db.iter())
+                } else {
+                    Box::new(db.range(key(round % KEYS)..).take(20))
+                };
+                round += 1;
+                for item in items {
                     let (k, v) = item.unwrap();
                     let k: usize = std::str::from_utf8(&k[3..]).unwrap().parse().unwrap();
                     assert!(v.starts_with(format!("{k}:").as_bytes()), "value of {k}");
