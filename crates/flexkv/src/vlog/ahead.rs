@@ -5,15 +5,16 @@
 //! waiting. When it reaches a value it takes the job's result: it reads the job itself
 //! if no thread has begun it (so a scan never waits on a queue behind busy threads),
 //! and waits only for a read already under way. Scan and readers so share the cores
-//! when the values are in the page cache, and keep many reads in flight when they
-//! come from the device.
+//! when the values are in the page cache (the threads take the farthest job, the scan
+//! the nearest), and keep many reads in flight when they come from the device (the
+//! threads take the nearest; see [`Readers::submit`]).
 //!
 //! Invariants:
-//! - A job is read exactly once: whoever moves it from `Queued` to `Reading` reads it.
+//! - A job is read exactly once: whoever moves it from queued to reading reads it.
 //! - A job that no scan holds any more (the scan ended, or dropped what it read ahead)
 //!   is skipped by the threads: its `Arc` is the queue's alone.
-//! - Threads block while there is nothing to do, and end when the [`Readers`] (owned by
-//!   the database) is dropped.
+//! - Threads spin briefly, then block, while there is nothing to do, and end once the
+//!   [`Readers`] (owned by the database) is dropped and the queue is empty.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
