@@ -633,8 +633,6 @@ impl Inner {
         r.and(drained).and(closed)
     }
 
-    /// The thread pool for scans' parallel value reads (started on first use; if the
-    /// system refuses threads, reads run on the caller's).
     /// The sorted store of keyspace `ks`.
     pub(crate) fn store(&self, ks: KeyspaceId) -> Result<Arc<SortedStore>> {
         match self.stores.read().get(&ks) {
