@@ -409,10 +409,10 @@ impl ValueLog {
 
     /// Plans a scan's read-ahead (WiscKey §3.3.1): records of `want` that lie back to
     /// back (up to [`RUN_BYTES`]) grouped into one read, the reads in the order the scan
-    /// first needs them (by [`Wanted::order`]). A
-    /// value whose segment is gone is left out: the scan reads it the usual way, which
-    /// finds the segment retired and looks the key up again. Each read holds its
-    /// segment's handle, so GC removing the segment later does not disturb it.
+    /// first needs them (by [`Wanted::order`]). A value whose segment is gone is left
+    /// out: the scan reads it the usual way, which finds the segment retired and looks
+    /// the key up again. Each read holds its segment's handle, so GC removing the
+    /// segment later does not disturb it.
     pub(crate) fn plan_reads(&self, mut want: Vec<Wanted>) -> Vec<RunRead> {
         want.sort_by_key(|w| (w.ptr.segment, w.ptr.offset));
         let segments = self.segments.read();
