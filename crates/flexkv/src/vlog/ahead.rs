@@ -176,6 +176,8 @@ struct Queue {
     /// Jobs have been queued since a thread last found the queue empty (read without
     /// the lock by a thread spinning before it sleeps).
     queued: AtomicBool,
+    /// A thread is spinning on `queued` (one at a time).
+    spinning: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -285,14 +287,17 @@ fn work(queue: &Queue) {
                     return;
                 }
                 queue.queued.store(false, Ordering::Relaxed);
-                if spun {
+                // A scan hands the next jobs within microseconds; being woken from a
+                // sleep takes longer, and costs the scan the wake-up call. One idle
+                // thread at a time spins for that; more would only take the cores
+                // from the scan and from the threads that are reading.
+                if spun || queue.spinning.swap(true, Ordering::Acquire) {
                     queue.more.wait(&mut w);
                 } else {
-                    // A scan hands the next jobs within microseconds; being woken from
-                    // a sleep takes longer, and costs the scan the wake-up call.
                     spun = true;
                     drop(w);
                     spin_until(|| queue.queued.load(Ordering::Acquire));
+                    queue.spinning.store(false, Ordering::Release);
                     w = queue.jobs.lock();
                 }
             }
