@@ -728,7 +728,7 @@ impl Iter {
         };
         self.streak = self.streak.saturating_add(1);
         // On the device path a scan reads ahead from its second value.
-        let after = if self.batch > self.first_batch() {
+        let after = if self.on_device_path() {
             1
         } else {
             READAHEAD_AFTER
@@ -742,7 +742,7 @@ impl Iter {
             if self.ahead.len() as u64 > self.in_flight() + READAHEAD as u64 {
                 self.drop_passed();
             }
-            if self.batch > self.first_batch() {
+            if self.on_device_path() {
                 // Reads wait on the device: while a thread reads this value, the scan
                 // reads the nearest one no thread has begun, one more read in flight.
                 while a.job.under_way() && self.read_next_queued() {}
@@ -768,9 +768,10 @@ impl Iter {
         queued.iter().any(|a| a.job.read_if_queued())
     }
 
-    /// The read-ahead window before any read waited on the device.
-    fn first_batch(&self) -> usize {
-        first_window(&self.guard.db)
+    /// Whether reads have waited on the device: the window has grown past its first
+    /// size.
+    fn on_device_path(&self) -> bool {
+        self.batch > first_window(&self.guard.db)
     }
 
     /// Values handed to the readers that the scan has not yet come to.
@@ -827,8 +828,7 @@ impl Iter {
             .read_ahead
             .fetch_add(want.len() as u64, Ordering::Relaxed);
         self.issued += want.len() as u64;
-        // A window grown past its first size means reads wait on the device.
-        let first = if self.batch > self.first_batch() {
+        let first = if self.on_device_path() {
             First::Nearest
         } else {
             First::Farthest

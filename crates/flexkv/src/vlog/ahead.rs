@@ -133,9 +133,7 @@ impl Job {
     /// thread has begun the job, waited for if one has. With it, whether the read
     /// waited on the device (the scan then keeps more reads in flight).
     pub(crate) fn take(&self, i: usize) -> (Result<Vec<u8>>, bool) {
-        if self.claim() {
-            self.read();
-        }
+        self.read_if_queued();
         spin_until(|| self.phase.load(Ordering::Acquire) == DONE);
         let mut g = self.got.lock();
         while self.phase.load(Ordering::Acquire) != DONE {
