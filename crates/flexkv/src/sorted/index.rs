@@ -190,6 +190,16 @@ impl SparseIndex {
         self.interval_at(leaf, j, shift)
     }
 
+    /// The index key of the interval that holds `key` ([`SparseIndex::find`] without
+    /// copying anything).
+    pub fn find_key(&self, key: &[u8]) -> &[u8] {
+        let (leaf, j, _) = self.walk(key, |_, _| {});
+        match &self.nodes[leaf] {
+            Node::Leaf { keys, .. } => keys.get(j),
+            Node::Internal { .. } => unreachable!("paths end at leaves"),
+        }
+    }
+
     /// The path to the interval whose index key is exactly `key`.
     fn exact(&self, key: &[u8]) -> Result<(Path, i64)> {
         let (path, shift) = self.descend(key);

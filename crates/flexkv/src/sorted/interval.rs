@@ -46,7 +46,45 @@ pub(crate) struct Loaded {
     /// Spread over more extents than half its records (FlexDB §5.2): rewrite it whole
     /// on its next update.
     pub(crate) fragmented: bool,
+    /// The cache's CLOCK bit, here rather than in the cache's entry so that a cached
+    /// read touches one structure fewer.
+    pub(crate) referenced: Referenced,
 }
+
+/// A CLOCK reference bit: set by a read, cleared by the cache's hand. Not part of an
+/// interval's content: a clone starts unreferenced and equality ignores it.
+#[derive(Debug, Default)]
+pub(crate) struct Referenced(std::sync::atomic::AtomicBool);
+
+impl Referenced {
+    /// Marks the interval used (a plain load first, so a hot interval's cache line is
+    /// not written on every read).
+    pub(crate) fn set(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.0.load(Relaxed) {
+            self.0.store(true, Relaxed);
+        }
+    }
+
+    /// Clears the bit, returning whether it was set.
+    pub(crate) fn take(&self) -> bool {
+        self.0.swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Clone for Referenced {
+    fn clone(&self) -> Self {
+        Referenced::default()
+    }
+}
+
+impl PartialEq for Referenced {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Referenced {}
 
 /// The key fingerprint of FlexDB's interval cache.
 pub(crate) fn fingerprint(key: &[u8]) -> u16 {
@@ -101,6 +139,7 @@ impl Loaded {
             fps,
             spans,
             fragmented: false,
+            referenced: Referenced::default(),
         }
     }
 
@@ -122,6 +161,7 @@ impl Loaded {
                 })
                 .collect(),
             fragmented: false,
+            referenced: Referenced::default(),
         }
     }
 
@@ -142,6 +182,7 @@ impl Loaded {
             fps,
             spans,
             fragmented: false,
+            referenced: Referenced::default(),
         }
     }
 

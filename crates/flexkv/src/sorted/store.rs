@@ -205,16 +205,16 @@ impl SortedStore {
     /// not wait for the committer.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Version>> {
         self.usable()?;
-        let loaded = match self.cache.covering(key) {
-            Some(l) => {
-                self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-                l
-            }
-            None => {
-                let st = self.state.read();
-                let iv = st.index.find(key);
-                self.load(&st, &iv, true)?
-            }
+        // With the lock free, the index finds the interval and the cache's hash map its
+        // entry; while the committer holds it, the cache's own floor search can find a
+        // cached interval without waiting.
+        let loaded = if let Some(st) = self.state.try_read() {
+            self.load_holding(&st, key)?
+        } else if let Some(l) = self.cache.covering(key) {
+            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            l
+        } else {
+            self.load_holding(&self.state.read(), key)?
         };
         Ok(loaded
             .find(key)
@@ -296,6 +296,15 @@ impl SortedStore {
                 _ => return Ok((epoch, out)),
             }
         }
+    }
+
+    /// The interval holding `key`, from the cache or the space (then cached).
+    fn load_holding(&self, st: &State, key: &[u8]) -> Result<Arc<Loaded>> {
+        if let Some(l) = self.cache.get(st.index.find_key(key)) {
+            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(l);
+        }
+        self.load(st, &st.index.find(key), true)
     }
 
     /// The interval `iv`, from the cache or the space (then cached if `cache`).
@@ -407,7 +416,7 @@ impl SortedStore {
         }
         // Every cached interval is what the space holds, under an index key, ending
         // at or below where the index says it ends.
-        for entry in self.cache.entries() {
+        for entry in self.cache.entries().map_err(fail)? {
             let (key, end, l) = entry.parts();
             let iv = st.index.find(key);
             if iv.key != key {

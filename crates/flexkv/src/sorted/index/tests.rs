@@ -136,6 +136,7 @@ fn random_operations_match_a_model() {
                 let mut inside = want[probe].key.clone();
                 inside.push(0);
                 assert_eq!(ix.find(&inside), want[probe], "a key inside the interval");
+                assert_eq!(ix.find_key(&inside), want[probe].key);
                 assert_eq!(
                     ix.next(&inside),
                     want.get(probe + 1).cloned(),
@@ -160,6 +161,7 @@ fn random_operations_match_a_model() {
                     want[at],
                     "seed {seed} step {step}: {probe:?}"
                 );
+                assert_eq!(ix.find_key(&probe), want[at].key, "find_key of {probe:?}");
             }
             assert_eq!(ix.total(), want.iter().map(|i| i.size).sum::<u64>());
         }
