@@ -583,6 +583,9 @@ impl Iter {
             self.buf_epoch = Some(e);
             self.buf_forward = forward;
             self.buf_end = recs.is_empty();
+            for r in &recs {
+                r.interval.touch(r.range.clone());
+            }
             self.buf.runs = recs.into();
         }
         Ok(())

@@ -200,6 +200,80 @@ impl SparseIndex {
         }
     }
 
+    /// Tells `visit` the index keys of the intervals from the one holding `from` on, in
+    /// key order (`forward`) or in reverse, until it returns `false` or the intervals
+    /// end; `None` starts at the first interval (forward) or the last (backward). One
+    /// descent for the lot: a scan reads several neighbouring intervals, and a fresh
+    /// search for each would repeat the same top of the tree.
+    pub fn walk_keys(
+        &self,
+        from: Option<&[u8]>,
+        forward: bool,
+        mut visit: impl FnMut(&[u8]) -> bool,
+    ) {
+        let mut path = match from {
+            Some(key) => self.descend(key).0,
+            None => {
+                let mut path = Vec::new();
+                self.edge(self.root, forward, &mut path);
+                path
+            }
+        };
+        loop {
+            let (leaf, j) = end(&path);
+            let Node::Leaf { keys, .. } = &self.nodes[leaf] else {
+                unreachable!("paths end at leaves")
+            };
+            let more = if forward {
+                (j..keys.len()).all(|i| visit(keys.get(i)))
+            } else {
+                (0..=j).rev().all(|i| visit(keys.get(i)))
+            };
+            if !more {
+                return;
+            }
+            // Up to the nearest node with a child beyond the path's, then down that
+            // child's near edge.
+            path.pop();
+            loop {
+                let Some((node, c)) = path.last_mut() else {
+                    return;
+                };
+                let Node::Internal { children, .. } = &self.nodes[*node] else {
+                    unreachable!("a path's inner steps are internal nodes")
+                };
+                let beyond = if forward {
+                    (*c + 1 < children.len()).then_some(*c + 1)
+                } else {
+                    c.checked_sub(1)
+                };
+                if let Some(b) = beyond {
+                    *c = b;
+                    let child = children[b];
+                    self.edge(child, forward, &mut path);
+                    break;
+                }
+                path.pop();
+            }
+        }
+    }
+
+    /// Extends `path` from node `id` down its first entries (`forward`) or its last.
+    fn edge(&self, mut id: NodeId, forward: bool, path: &mut Path) {
+        loop {
+            let (len, next) = match &self.nodes[id] {
+                Node::Internal { children, .. } => (children.len(), Some(children)),
+                Node::Leaf { keys, .. } => (keys.len(), None),
+            };
+            let c = if forward { 0 } else { len - 1 };
+            path.push((id, c));
+            match next {
+                Some(children) => id = children[c],
+                None => return,
+            }
+        }
+    }
+
     /// The path to the interval whose index key is exactly `key`.
     fn exact(&self, key: &[u8]) -> Result<(Path, i64)> {
         let (path, shift) = self.descend(key);

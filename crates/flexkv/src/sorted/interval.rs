@@ -211,6 +211,23 @@ impl Loaded {
         (start, end)
     }
 
+    /// Loads the cache lines of records `range` and of their spans, without waiting on
+    /// one before asking for the next: the loads are independent, so the processor
+    /// overlaps their misses, where reading the records one after another would wait
+    /// for each in turn.
+    pub(crate) fn touch(&self, range: std::ops::Range<usize>) {
+        if range.is_empty() {
+            return;
+        }
+        let start = self.spans[range.start].start as usize;
+        let end = self.span(range.end - 1).1;
+        let mut x = self.spans[range.end - 1].key_len;
+        for i in (start..end).step_by(64) {
+            x ^= u16::from(self.bytes[i]);
+        }
+        std::hint::black_box(x);
+    }
+
     /// The key of record `i`.
     pub(crate) fn key(&self, i: usize) -> &[u8] {
         let s = self.spans[i];

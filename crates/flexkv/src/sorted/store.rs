@@ -238,6 +238,9 @@ impl SortedStore {
     ) -> Result<Scan> {
         self.usable()?;
         let min = min.max(1);
+        if let Some(st) = self.state.try_read() {
+            return self.scan_holding(&st, from, forward, min, ahead);
+        }
         let cached = self.epoch.stable(|| {
             let min = min.max(ahead);
             let (mut out, mut found) = (Vec::new(), 0);
@@ -263,19 +266,44 @@ impl SortedStore {
                 .fetch_add(scan.1.len() as u64, Ordering::Relaxed);
             return Ok(scan);
         }
-        let st = self.state.read();
+        self.scan_holding(&self.state.read(), from, forward, min, ahead)
+    }
+
+    /// [`SortedStore::scan`] under the lock: intervals from the index, each from the
+    /// cache or else (until there are `min` records) from the space; cached ones go on
+    /// to `ahead` records, as on the lock-free path.
+    fn scan_holding(
+        &self,
+        st: &State,
+        from: Bound<&[u8]>,
+        forward: bool,
+        min: usize,
+        ahead: usize,
+    ) -> Result<Scan> {
         let epoch = self.epoch.now();
-        let mut iv = match (from, forward) {
-            (Bound::Unbounded, true) => st.index.find(&[]),
-            (Bound::Unbounded, false) => st.index.last(),
-            (Bound::Included(k) | Bound::Excluded(k), _) => st.index.find(k),
+        let start = match from {
+            Bound::Unbounded => None,
+            Bound::Included(k) | Bound::Excluded(k) => Some(k),
         };
-        let mut from = from;
-        let mut out = Vec::new();
-        let mut found = 0;
-        loop {
-            let loaded = self.load(&st, &iv, true)?;
-            let range = run_range(&loaded, from, forward);
+        let (mut out, mut found, mut bound) = (Vec::new(), 0, from);
+        let (mut hits, mut failed) = (0, None);
+        st.index.walk_keys(start, forward, |key| {
+            let loaded = match self.cache.get(key) {
+                Some(l) => {
+                    hits += 1;
+                    l
+                }
+                None if found < min => match self.load(st, &st.index.find(key), true) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        failed = Some(e);
+                        return false;
+                    }
+                },
+                None => return false,
+            };
+            let range = run_range(&loaded, bound, forward);
+            bound = Bound::Unbounded;
             found += range.len();
             if !range.is_empty() {
                 out.push(Run {
@@ -283,18 +311,12 @@ impl SortedStore {
                     range,
                 });
             }
-            let next = if forward {
-                st.index.next(&iv.key)
-            } else {
-                st.index.prev(&iv.key)
-            };
-            match next {
-                Some(n) if found < min => {
-                    iv = n;
-                    from = Bound::Unbounded;
-                }
-                _ => return Ok((epoch, out)),
-            }
+            found < min.max(ahead)
+        });
+        self.counters.cache_hits.fetch_add(hits, Ordering::Relaxed);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((epoch, out)),
         }
     }
 

@@ -162,6 +162,44 @@ fn random_operations_match_a_model() {
                     "seed {seed} step {step}: {probe:?}"
                 );
                 assert_eq!(ix.find_key(&probe), want[at].key, "find_key of {probe:?}");
+                // Walks from it both ways, across leaves, stopping where told.
+                let take = rng.random_range(1..40);
+                let mut walked = Vec::new();
+                ix.walk_keys(Some(&probe), true, |k| {
+                    walked.push(k.to_vec());
+                    walked.len() < take
+                });
+                let forward: Vec<_> = want[at..]
+                    .iter()
+                    .take(take)
+                    .map(|i| i.key.clone())
+                    .collect();
+                assert_eq!(walked, forward, "walking forward from {probe:?}");
+                walked.clear();
+                ix.walk_keys(Some(&probe), false, |k| {
+                    walked.push(k.to_vec());
+                    walked.len() < take
+                });
+                let backward: Vec<_> = want[..=at]
+                    .iter()
+                    .rev()
+                    .take(take)
+                    .map(|i| i.key.clone())
+                    .collect();
+                assert_eq!(walked, backward, "walking backward from {probe:?}");
+            }
+            // Whole walks from either end.
+            for forward in [true, false] {
+                let mut walked = Vec::new();
+                ix.walk_keys(None, forward, |k| {
+                    walked.push(k.to_vec());
+                    true
+                });
+                let mut all: Vec<_> = want.iter().map(|i| i.key.clone()).collect();
+                if !forward {
+                    all.reverse();
+                }
+                assert_eq!(walked, all, "a whole walk, forward: {forward}");
             }
             assert_eq!(ix.total(), want.iter().map(|i| i.size).sum::<u64>());
         }
