@@ -123,6 +123,16 @@ impl IntervalCache {
         Some(Arc::clone(&l))
     }
 
+    /// What `read` makes of the cached interval keyed `key` (marked recently used),
+    /// without taking a reference to it: a point read that copies its record out
+    /// needs none, and a reference count is an atomic write to a line the read would
+    /// otherwise only load.
+    pub(crate) fn get_with<R>(&self, key: &[u8], read: impl FnOnce(&Loaded) -> R) -> Option<R> {
+        let l = self.by_key.get(key)?;
+        l.referenced.set();
+        Some(read(&l))
+    }
+
     /// The cached interval that holds `key`, if the cache knows it (marked recently
     /// used). Needs no lock: see the [module documentation](self).
     pub(crate) fn covering(&self, key: &[u8]) -> Option<Arc<Loaded>> {

@@ -18,9 +18,9 @@ const PER_RECORD: usize = std::mem::size_of::<Span>() + 2;
 /// Bytes of bookkeeping per interval: the struct and its reference counts.
 const PER_INTERVAL: usize = std::mem::size_of::<Loaded>() + 16;
 
-/// Fingerprints held in the interval's own allocation: an interval splits past 16
-/// records, so most need no second one.
-const INLINE_FPS: usize = 16;
+/// Fingerprints and spans held in the interval's own allocation: an interval splits
+/// past 16 records, so most need no other.
+const INLINE_RECORDS: usize = 16;
 
 /// Where a record and its key lie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,14 +35,14 @@ struct Span {
 /// A decoded interval.
 ///
 /// A point read touches the fingerprints, then one record's span, then its bytes: the
-/// fingerprints sit in this struct (which the reader's reference count already brought
-/// into the CPU cache) and a span is one 8-byte entry, so a hit costs two cache misses
-/// beyond the struct, not one per array.
+/// fingerprints and the spans (8 bytes each) sit in this struct, side by side, so a hit
+/// costs the struct's lines and one cache miss beyond it (the record), not one per
+/// array.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Loaded {
     bytes: Vec<u8>,
-    fps: SmallVec<[u16; INLINE_FPS]>,
-    spans: Vec<Span>,
+    fps: SmallVec<[u16; INLINE_RECORDS]>,
+    spans: SmallVec<[Span; INLINE_RECORDS]>,
     /// Spread over more extents than half its records (FlexDB §5.2): rewrite it whole
     /// on its next update.
     pub(crate) fragmented: bool,
@@ -118,7 +118,7 @@ impl Loaded {
     /// which made them): `starts` are where each begins.
     pub(crate) fn from_parts(bytes: Vec<u8>, starts: Vec<u32>) -> Loaded {
         let mut fps = SmallVec::with_capacity(starts.len());
-        let mut spans = Vec::with_capacity(starts.len());
+        let mut spans = SmallVec::with_capacity(starts.len());
         for &start in &starts {
             let rec = &bytes[start as usize..];
             let key = match peek_key(rec) {

@@ -208,17 +208,20 @@ impl SortedStore {
         // With the lock free, the index finds the interval and the cache's hash map its
         // entry; while the committer holds it, the cache's own floor search can find a
         // cached interval without waiting.
+        let find = |l: &Loaded| l.find(key).map(|i| Version::from_record(&l.record(i)));
         let loaded = if let Some(st) = self.state.try_read() {
-            self.load_holding(&st, key)?
+            if let Some(found) = self.cache.get_with(st.index.find_key(key), find) {
+                self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(found);
+            }
+            self.load(&st, &st.index.find(key), true)?
         } else if let Some(l) = self.cache.covering(key) {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             l
         } else {
             self.load_holding(&self.state.read(), key)?
         };
-        Ok(loaded
-            .find(key)
-            .map(|i| Version::from_record(&loaded.record(i))))
+        Ok(find(&loaded))
     }
 
     /// The records after `from` (forward) or before it (backward), as runs in that
@@ -302,6 +305,10 @@ impl SortedStore {
                 },
                 None => return false,
             };
+            if !matches!(bound, Bound::Unbounded) {
+                // The seek's binary search would meet the records' misses one by one.
+                loaded.touch(0..loaded.len());
+            }
             let range = run_range(&loaded, bound, forward);
             bound = Bound::Unbounded;
             found += range.len();
