@@ -38,9 +38,11 @@ use smallvec::SmallVec;
 
 use super::interval::Loaded;
 
-/// Bytes of bookkeeping per entry beyond its interval and keys (the skip-list node, the
-/// ring slot), for the budget.
-const PER_ENTRY: usize = 128;
+/// Bytes of bookkeeping per entry beyond its interval and keys, for the budget: the
+/// skip-list node and the ring slot (128), and the hash map's bucket (a key and a
+/// pointer, 40 bytes, its control byte, and some of the free room a table keeps; a
+/// table that has just doubled holds more than this counts).
+const PER_ENTRY: usize = 128 + 48;
 
 /// Interval keys up to this long are held in the skip list's nodes: a lookup compares
 /// keys at every level, and a key behind a pointer costs a cache miss per comparison.
@@ -61,8 +63,9 @@ pub(crate) struct Entry {
 
 impl Entry {
     fn footprint(&self) -> usize {
+        // The key is held three times: the skip list's, the hash map's, the entry's.
         PER_ENTRY
-            + 2 * self.key.len()
+            + 3 * self.key.len()
             + self.end.as_ref().map_or(0, |e| e.len())
             + self.interval.footprint()
     }
@@ -341,7 +344,7 @@ mod tests {
 
     /// What one entry keyed `key` with no end costs.
     fn cost(key: &[u8], n: usize) -> usize {
-        PER_ENTRY + 2 * key.len() + interval(n).footprint()
+        PER_ENTRY + 3 * key.len() + interval(n).footprint()
     }
 
     #[test]
