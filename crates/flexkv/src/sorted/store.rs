@@ -208,20 +208,31 @@ impl SortedStore {
         // With the lock free, the index finds the interval and the cache's hash map its
         // entry; while the committer holds it, the cache's own floor search can find a
         // cached interval without waiting.
-        let find = |l: &Loaded| l.find(key).map(|i| Version::from_record(&l.record(i)));
-        let loaded = if let Some(st) = self.state.try_read() {
-            if let Some(found) = self.cache.get_with(st.index.find_key(key), find) {
+        if let Some(st) = self.state.try_read() {
+            return self.get_holding(&st, key);
+        }
+        match self.cache.covering(key) {
+            Some(l) => {
                 self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(found);
+                Ok(find_version(&l, key))
             }
-            self.load(&st, &st.index.find(key), true)?
-        } else if let Some(l) = self.cache.covering(key) {
+            None => self.get_holding(&self.state.read(), key),
+        }
+    }
+
+    /// [`SortedStore::get`] under the lock.
+    fn get_holding(&self, st: &State, key: &[u8]) -> Result<Option<Version>> {
+        let found = self
+            .cache
+            .get_with(st.index.find_key(key), |l| find_version(l, key));
+        if let Some(found) = found {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-            l
-        } else {
-            self.load_holding(&self.state.read(), key)?
-        };
-        Ok(find(&loaded))
+            return Ok(found);
+        }
+        Ok(find_version(
+            &*self.load(st, &st.index.find(key), true)?,
+            key,
+        ))
     }
 
     /// The records after `from` (forward) or before it (backward), as runs in that
@@ -325,15 +336,6 @@ impl SortedStore {
             Some(e) => Err(e),
             None => Ok((epoch, out)),
         }
-    }
-
-    /// The interval holding `key`, from the cache or the space (then cached).
-    fn load_holding(&self, st: &State, key: &[u8]) -> Result<Arc<Loaded>> {
-        if let Some(l) = self.cache.get(st.index.find_key(key)) {
-            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(l);
-        }
-        self.load(st, &st.index.find(key), true)
     }
 
     /// The interval `iv`, from the cache or the space (then cached if `cache`).
@@ -568,6 +570,13 @@ impl SortedStore {
     pub(crate) fn close(self) -> Result<()> {
         self.state.into_inner().space.close()
     }
+}
+
+/// The version of `key` in `loaded`, if it has one.
+fn find_version(loaded: &Loaded, key: &[u8]) -> Option<Version> {
+    loaded
+        .find(key)
+        .map(|i| Version::from_record(&loaded.record(i)))
 }
 
 /// The records of `loaded` past `from` in the direction.
