@@ -304,11 +304,15 @@ impl FlexTree {
         if len == 0 {
             return Ok(());
         }
+        let addr = addr.unwrap_or(HOLE);
+        if end <= self.size && self.overwrite_in_extent(off, len, addr) {
+            return Ok(());
+        }
         if off > self.size {
             self.insert_entry(self.size, off - self.size, HOLE, None);
         }
         self.collapse(off, len.min(self.size - off))?;
-        self.insert_entry(off, end - off, addr.unwrap_or(HOLE), None);
+        self.insert_entry(off, end - off, addr, None);
         Ok(())
     }
 

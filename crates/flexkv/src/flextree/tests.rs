@@ -371,6 +371,45 @@ fn overwrite_past_the_end_inserts_a_hole() {
 }
 
 #[test]
+fn overwrite_inside_one_extent_cuts_it_in_place() {
+    let ext = |offset, len, addr, tag| Extent {
+        offset,
+        len,
+        addr,
+        tag,
+    };
+    // Small nodes, so the descent splits on the way.
+    let mut t = FlexTree::with_options(caps(4, 6)).unwrap();
+    for i in 0..8 {
+        t.insert(i * 100, 100, 10_000 + i * 1000).unwrap();
+    }
+    t.set_tag(300, 9).unwrap();
+    t.overwrite(340, 20, Some(50)).unwrap(); // the middle: head, new range, tail
+    t.overwrite(300, 10, None).unwrap(); // the start: the tag goes with the range
+    t.overwrite(390, 10, Some(70)).unwrap(); // the end: no tail
+    assert_eq!(t.len(), 800);
+    assert_eq!(
+        t.extents()
+            .filter(|e| (300..400).contains(&e.offset))
+            .collect::<Vec<_>>(),
+        vec![
+            ext(300, 10, None, 0),
+            ext(310, 30, Some(13_010), 0),
+            ext(340, 20, Some(50), 0),
+            ext(360, 30, Some(13_060), 0),
+            ext(390, 10, Some(70), 0),
+        ]
+    );
+    // Across two extents: the general path, with the same kind of result.
+    t.overwrite(395, 10, Some(90)).unwrap();
+    assert_eq!(
+        t.query(390, 20).unwrap(),
+        vec![run(70, 5), run(90, 10), run(14_005, 5)]
+    );
+    t.check().unwrap();
+}
+
+#[test]
 fn remap_moves_a_contiguous_range_and_refuses_a_stale_one() {
     let mut t = FlexTree::new();
     t.insert(0, 10, 100).unwrap();

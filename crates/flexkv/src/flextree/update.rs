@@ -205,6 +205,42 @@ impl FlexTree {
         self.size += len;
     }
 
+    /// [`FlexTree::overwrite`] of a range inside one extent (a record rewritten at its own
+    /// size, the common case): that extent is cut around the range in its leaf and no
+    /// offset moves, where a collapse and an insert would each descend and shift every
+    /// later extent twice. The result is the same mapping and tags (the head keeps the
+    /// extent's tag; the new range and the tail have none). Returns false, with nothing
+    /// changed but early splits, if the range is not inside one extent.
+    pub(crate) fn overwrite_in_extent(&mut self, off: u64, len: u64, addr: u64) -> bool {
+        let LeafPos { leaf, frame } = self.descend(off, true);
+        let rel = off - frame;
+        let i = self.entries_at_or_before(leaf, rel);
+        let Some(&e) = self.leaf(leaf).entries.get(i.wrapping_sub(1)) else {
+            return false;
+        };
+        if rel + len > e.poff + e.len {
+            return false;
+        }
+        let (head, tail) = (rel - e.poff, e.poff + e.len - rel - len);
+        let tail_addr = if e.is_hole() {
+            e.addr()
+        } else {
+            e.addr() + head + len
+        };
+        let parts = [
+            (head > 0).then(|| LeafEntry::new(e.poff, head, e.addr(), e.tag())),
+            Some(LeafEntry::new(rel, len, addr, 0)),
+            (tail > 0).then(|| LeafEntry::new(rel + len, tail, tail_addr, 0)),
+        ];
+        let added = parts.iter().flatten().count() as u64 - 1;
+        // The descent's early splits left the leaf room for two more entries.
+        self.leaf_mut(leaf)
+            .entries
+            .splice(i - 1..i, parts.into_iter().flatten());
+        self.extents += added;
+        true
+    }
+
     /// Removes whole entries starting at the boundary `off`, as many as fit in `max` bytes
     /// and lie in one leaf, shifts everything after them back, and rebalances. Returns the
     /// bytes removed (at least one entry's worth).
