@@ -35,8 +35,9 @@ pub struct Args {
     /// Size of the space in MiB (default run).
     #[arg(long, default_value_t = 256)]
     size_mib: u64,
-    /// Block size in KiB (default run).
-    #[arg(long, default_value_t = 4)]
+    /// Block size in KiB (default run): a multiple of 4, since the insert-range baseline
+    /// (`fallocate`) works in whole file-system blocks.
+    #[arg(long, default_value_t = 4, value_parser = block_kib)]
     block_kib: usize,
     /// Where the files go (a directory on the file system to measure).
     #[arg(long)]
@@ -289,6 +290,15 @@ fn run_plain(
 
 fn read_file(f: &File, off: u64, buf: &mut [u8]) {
     f.read_exact_at(buf, off).expect("read");
+}
+
+/// `--block-kib`: a positive multiple of 4 KiB, refused before anything runs.
+fn block_kib(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(k) if k > 0 && k % 4 == 0 => Ok(k),
+        Ok(_) => Err("must be a positive multiple of 4 (fallocate's insert-range moves whole 4 KiB file-system blocks)".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Runs the benchmark and prints the report.
