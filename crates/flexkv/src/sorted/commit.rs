@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
-use super::history::{self, Version};
+use super::history::{self, record_value};
 use super::index::{separator, Interval};
 use super::interval::Loaded;
+use super::record::{Record, RecordValue};
 use super::store::{SortedStore, State, HEAD};
-use crate::memtable::Value;
+use crate::memtable::{VersionEntry, Versions};
 use crate::mvcc::Snapshots;
 use crate::vlog::{Holder, ValueLog};
 use crate::Result;
@@ -36,9 +37,10 @@ pub(crate) const SPLIT_PAIRS: usize = 16;
 
 /// The versions of one key to commit, newest first (empty: only tidy the record up).
 #[derive(Debug)]
-pub(crate) struct Update {
+pub(crate) struct Update<'m> {
     pub(crate) key: Box<[u8]>,
-    pub(crate) versions: Vec<(u64, Value)>,
+    /// Borrowed from the memtable being committed.
+    pub(crate) versions: Versions<'m>,
 }
 
 /// What a commit needs from the database.
@@ -87,12 +89,12 @@ impl LockHolds {
 }
 
 /// One interval's share of a slice, worked out under the shared lock.
-struct Plan<'u> {
+struct Plan<'u, 'm> {
     /// The interval's key and size when it was loaded.
     key: Vec<u8>,
     size: u64,
     old: Arc<Loaded>,
-    ups: &'u [Update],
+    ups: &'u [Update<'m>],
     /// What becomes of each update's record, in the order of `ups`.
     outcomes: Vec<Outcome>,
 }
@@ -112,7 +114,11 @@ impl SortedStore {
     /// the index and the cache, so readers wait for the edits alone. No other writer can
     /// change the store between the two steps (an upgradable read excludes them). An
     /// error marks the store broken: the change may be half made.
-    pub(crate) fn commit(&self, updates: impl Iterator<Item = Update>, cx: &Context) -> Result<()> {
+    pub(crate) fn commit<'m>(
+        &self,
+        updates: impl Iterator<Item = Update<'m>>,
+        cx: &Context,
+    ) -> Result<()> {
         let mut updates = updates.peekable();
         while updates.peek().is_some() {
             let slice: Vec<Update> = updates.by_ref().take(SLICE).collect();
@@ -138,9 +144,7 @@ impl SortedStore {
             let outcomes = ups
                 .iter()
                 .map(|u| {
-                    let current = old
-                        .find(&u.key)
-                        .map(|j| Version::from_record(&old.record(j)));
+                    let current = old.find(&u.key).map(|j| old.record(j));
                     let mut linger = |seq: Option<u64>| {
                         if seq.is_some() || st.lingering.contains_key(&u.key) {
                             lingering.push((u.key.clone(), seq));
@@ -192,7 +196,7 @@ impl SortedStore {
     /// Applies one interval's resolved updates. Its interval is found again: an earlier
     /// interval of the slice may have merged with it (then it is loaded afresh; the
     /// records of the keys being updated are the same, so their outcomes stand).
-    fn apply_plan(&self, st: &mut State, plan: Plan<'_>) -> Result<()> {
+    fn apply_plan(&self, st: &mut State, plan: Plan<'_, '_>) -> Result<()> {
         let iv = st.index.find(&plan.ups[0].key);
         let old = if iv.key == plan.key && iv.size == plan.size {
             plan.old
@@ -235,7 +239,7 @@ impl SortedStore {
         self.commit(
             done.into_iter().map(|key| Update {
                 key,
-                versions: Vec::new(),
+                versions: Versions::new(),
             }),
             cx,
         )
@@ -256,7 +260,7 @@ impl SortedStore {
         // being rebuilt is not copied again as it grows.
         let added: usize = ups
             .iter()
-            .map(|u| u.key.len() + u.versions.first().map_or(0, |(_, v)| v.footprint()) + 32)
+            .map(|u| u.key.len() + u.versions.first().map_or(0, |v| v.value().footprint()) + 32)
             .sum();
         let mut bytes = Vec::with_capacity(old.size() + added);
         let mut starts: Vec<u32> = Vec::with_capacity(old.len() + ups.len());
@@ -356,72 +360,74 @@ impl SortedStore {
         &self,
         linger: &mut impl FnMut(Option<u64>),
         key: &[u8],
-        current: Option<Version>,
-        versions: &[(u64, Value)],
+        current: Option<Record<'_>>,
+        versions: &[VersionEntry<'_>],
         cx: &Context,
     ) -> Result<Outcome> {
-        let base = current.as_ref().map(|c| c.seq);
-        let (fresh, stale): (Vec<&(u64, Value)>, Vec<_>) = versions
-            .iter()
-            .partition(|(s, _)| base.is_none_or(|b| *s > b));
+        let base = current.map(|c| c.seq);
+        // Newest first: the versions not yet applied are a prefix.
+        let (fresh, stale) =
+            versions.split_at(versions.partition_point(|v| base.is_none_or(|b| v.seq() > b)));
         // Versions already applied (a replay): the record holds their value already.
-        for (_, v) in stale {
-            self.hold(cx, key, v, Some(Holder::Memory), None);
+        for v in stale {
+            self.hold(cx, key, record_value(v.value()), Some(Holder::Memory), None);
         }
         if fresh.is_empty() {
             // Nothing new (a replay, or a sweep): drop a tombstone no snapshot needs.
             return Ok(match current {
-                Some(c) if c.value == Value::Tombstone && !cx.snapshots.any_in(0, c.seq) => {
+                Some(c) if c.value == RecordValue::Tombstone && !cx.snapshots.any_in(0, c.seq) => {
                     linger(None);
                     Outcome::Remove
                 }
                 _ => Outcome::Keep,
             });
         }
-        // Each version with who holds its value now: the record, or the memtable.
+        // Each version with who holds its value now: the record, or the memtable. All
+        // are borrowed (from the interval and the memtable): only the newest is copied,
+        // into its new record, and an older one into history if a snapshot needs it.
         let mut older = current.map(|c| (c, Holder::Store));
-        for &(seq, ref value) in fresh.iter().rev().copied() {
+        for v in fresh.iter().rev() {
+            let seq = &v.seq();
             let prior = match older.take() {
                 // Nobody reads below `seq`: the whole chain can go.
-                Some((o, h)) if !cx.snapshots.any_in(0, seq) => {
-                    self.hold(cx, key, &o.value, Some(h), None);
+                Some((o, h)) if !cx.snapshots.any_in(0, *seq) => {
+                    self.hold(cx, key, o.value, Some(h), None);
                     None
                 }
-                Some((o, h)) if cx.snapshots.any_in(o.seq, seq) => {
+                Some((o, h)) if cx.snapshots.any_in(o.seq, *seq) => {
                     self.counters
                         .history_written
                         .fetch_add(1, Ordering::Relaxed);
-                    self.hold(cx, key, &o.value, Some(h), Some(Holder::Pinned(seq)));
-                    Some(history::write(cx.vlog, self.ks, key, &o, seq)?)
+                    self.hold(cx, key, o.value, Some(h), Some(Holder::Pinned(*seq)));
+                    Some(history::write(cx.vlog, self.ks, &o, *seq)?)
                 }
                 Some((o, h)) => {
-                    self.hold(cx, key, &o.value, Some(h), None);
+                    self.hold(cx, key, o.value, Some(h), None);
                     o.prior
                 }
                 None => None,
             };
-            older = Some((
-                Version {
-                    seq,
-                    value: value.clone(),
-                    prior,
-                },
-                Holder::Memory,
-            ));
+            let version = Record {
+                seq: *seq,
+                key,
+                value: record_value(v.value()),
+                prior,
+            };
+            older = Some((version, Holder::Memory));
         }
         let (newest, _) = older.unwrap_or_else(|| unreachable!("fresh is not empty"));
         // The newest version's value passes from the memtable to the record.
         self.hold(
             cx,
             key,
-            &newest.value,
+            newest.value,
             Some(Holder::Memory),
             Some(Holder::Store),
         );
         self.counters
             .pairs_committed
             .fetch_add(1, Ordering::Relaxed);
-        if newest.value == Value::Tombstone {
+        if newest.value == RecordValue::Tombstone {
             if newest.prior.is_none() {
                 linger(None);
                 return Ok(Outcome::Remove);
@@ -431,14 +437,21 @@ impl SortedStore {
             linger(None);
         }
         let mut rec = Vec::new();
-        newest.record(key).encode(&mut rec);
+        newest.encode(&mut rec);
         Ok(Outcome::Write(rec))
     }
 
     /// Moves the separated value `v` of `key` (if it is one) between holders.
-    fn hold(&self, cx: &Context, key: &[u8], v: &Value, from: Option<Holder>, to: Option<Holder>) {
-        if let Value::Separated(p) = v {
-            cx.vlog.hold(p, key.len(), from, to);
+    fn hold(
+        &self,
+        cx: &Context,
+        key: &[u8],
+        v: RecordValue<'_>,
+        from: Option<Holder>,
+        to: Option<Holder>,
+    ) {
+        if let RecordValue::Separated(p) = v {
+            cx.vlog.hold(&p, key.len(), from, to);
         }
     }
 

@@ -44,37 +44,42 @@ impl Version {
     }
 
     /// The record that stores this version under `key`.
+    #[cfg(test)]
     pub(crate) fn record<'a>(&'a self, key: &'a [u8]) -> Record<'a> {
         Record {
             seq: self.seq,
             key,
-            value: match &self.value {
-                Value::Inline(v) => RecordValue::Inline(v),
-                Value::Separated(p) => RecordValue::Separated(*p),
-                Value::Tombstone => RecordValue::Tombstone,
-            },
+            value: record_value(&self.value),
             prior: self.prior,
         }
     }
 }
 
-/// Appends `v` (the version of `key` in keyspace `ks` that `superseded` replaced) to
+/// A memtable value as a record's value, borrowed.
+pub(crate) fn record_value(v: &Value) -> RecordValue<'_> {
+    match v {
+        Value::Inline(v) => RecordValue::Inline(v),
+        Value::Separated(p) => RecordValue::Separated(*p),
+        Value::Tombstone => RecordValue::Tombstone,
+    }
+}
+
+/// Appends `v` (the version of its key in keyspace `ks` that `superseded` replaced) to
 /// the value log as a history record; returns where it went. Not durable until the
 /// value log is synced.
 pub(crate) fn write(
     vlog: &ValueLog,
     ks: KeyspaceId,
-    key: &[u8],
-    v: &Version,
+    v: &Record<'_>,
     superseded: u64,
 ) -> Result<Pointer> {
     let mut payload = Vec::new();
     put_varint(&mut payload, superseded);
-    v.record(key).encode(&mut payload);
+    v.encode(&mut payload);
     let ptrs = vlog.append_as(
         &[NewValue {
             ks: ks | HISTORY,
-            key,
+            key: v.key,
             seq: v.seq,
             value: &payload,
         }],
@@ -152,13 +157,13 @@ mod tests {
             value: Value::Inline(b"ten".to_vec().into()),
             prior: None,
         };
-        let p1 = write(&vlog, 3, b"k", &v1, 20).unwrap();
+        let p1 = write(&vlog, 3, &v1.record(b"k"), 20).unwrap();
         let v2 = Version {
             seq: 20,
             value: Value::Tombstone,
             prior: Some(p1),
         };
-        let p2 = write(&vlog, 3, b"k", &v2, 30).unwrap();
+        let p2 = write(&vlog, 3, &v2.record(b"k"), 30).unwrap();
         let v3 = Version {
             seq: 30,
             value: Value::Inline(b"thirty".to_vec().into()),
