@@ -21,6 +21,7 @@ use super::record::{Record, RecordValue};
 use super::store::{SortedStore, State, HEAD};
 use crate::memtable::{VersionEntry, Versions};
 use crate::mvcc::Snapshots;
+use crate::space::FlexSpace;
 use crate::vlog::{Holder, ValueLog};
 use crate::Result;
 
@@ -104,6 +105,21 @@ enum Outcome {
     Keep,
     Remove,
     Write(Vec<u8>),
+}
+
+/// Replaces `old_len` bytes of `space` at `at` with `new`: one overwrite if the sizes
+/// match, else a collapse and an insert.
+fn edit(space: &mut FlexSpace, at: u64, old_len: u64, new: &[u8]) -> Result<()> {
+    if old_len == new.len() as u64 {
+        return space.write(at, new);
+    }
+    if old_len > 0 {
+        space.collapse(at, old_len)?;
+    }
+    if !new.is_empty() {
+        space.insert(at, new)?;
+    }
+    Ok(())
 }
 
 impl SortedStore {
@@ -268,15 +284,31 @@ impl SortedStore {
             starts.push(bytes.len() as u32);
             bytes.extend_from_slice(rec);
         };
-        let mut pos = iv.offset;
+        // Changed records next to each other are one edit of the space: the run's old
+        // bytes collapsed (or overwritten, if the sizes match) and its new records
+        // inserted at once, not an edit per record. Everything before a run is applied
+        // first, so it starts at `iv.offset` plus the new bytes before it. `run` is the
+        // old bytes it replaces and where its new bytes start in `bytes`.
+        let mut run: Option<(u64, usize)> = None;
+        let mut flush = |run: &mut Option<(u64, usize)>, bytes: &[u8]| -> Result<()> {
+            match run.take() {
+                Some((old_len, from)) if !rewrite => edit(
+                    &mut st.space,
+                    iv.offset + from as u64,
+                    old_len,
+                    &bytes[from..],
+                ),
+                _ => Ok(()),
+            }
+        };
         let mut oi = 0;
         let mut shrank = false;
         let appended = old.len() > 0 && ups.iter().all(|u| *u.key > *old.key(old.len() - 1));
         for (u, outcome) in ups.iter().zip(outcomes) {
             while oi < old.len() && old.key(oi) < &u.key[..] {
+                flush(&mut run, &bytes)?;
                 let (s, e) = old.span(oi);
                 keep(&mut bytes, &mut starts, &old.bytes()[s..e]);
-                pos += (e - s) as u64;
                 oi += 1;
             }
             let existing = (oi < old.len() && old.key(oi) == &u.key[..]).then_some(oi);
@@ -284,44 +316,33 @@ impl SortedStore {
                 let (s, e) = old.span(i);
                 (e - s) as u64
             });
+            let from = bytes.len();
             match (old_len, outcome) {
-                (Some(len), Outcome::Keep) => {
+                (Some(_), Outcome::Keep) => {
+                    flush(&mut run, &bytes)?;
                     let (s, e) = old.span(oi);
                     keep(&mut bytes, &mut starts, &old.bytes()[s..e]);
-                    pos += len;
                     oi += 1;
                 }
                 (Some(len), Outcome::Remove) => {
-                    if !rewrite {
-                        st.space.collapse(pos, len)?;
-                    }
+                    run.get_or_insert((0, from)).0 += len;
                     oi += 1;
                     shrank = true;
                 }
                 (Some(len), Outcome::Write(rec)) => {
-                    if !rewrite {
-                        if rec.len() as u64 == len {
-                            st.space.write(pos, &rec)?;
-                        } else {
-                            st.space.collapse(pos, len)?;
-                            st.space.insert(pos, &rec)?;
-                        }
-                    }
+                    run.get_or_insert((0, from)).0 += len;
                     shrank |= (rec.len() as u64) < len;
                     keep(&mut bytes, &mut starts, &rec);
-                    pos += rec.len() as u64;
                     oi += 1;
                 }
                 (None, Outcome::Write(rec)) => {
-                    if !rewrite {
-                        st.space.insert(pos, &rec)?;
-                    }
+                    run.get_or_insert((0, from));
                     keep(&mut bytes, &mut starts, &rec);
-                    pos += rec.len() as u64;
                 }
                 (None, Outcome::Keep | Outcome::Remove) => {}
             }
         }
+        flush(&mut run, &bytes)?;
         while oi < old.len() {
             let (s, e) = old.span(oi);
             keep(&mut bytes, &mut starts, &old.bytes()[s..e]);
