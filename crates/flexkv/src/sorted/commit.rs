@@ -261,8 +261,9 @@ impl SortedStore {
         )
     }
 
-    /// Applies the updates that fall in interval `iv`: record by record in place, or, if
-    /// the interval is fragmented, by rewriting it whole (FlexDB's defragmentation).
+    /// Applies the updates that fall in interval `iv`: in place, a run of adjacent
+    /// changed records at a time, or, if the interval is fragmented, by rewriting it
+    /// whole (FlexDB's defragmentation).
     fn apply_interval(
         &self,
         st: &mut State,
