@@ -104,7 +104,8 @@ struct Plan<'u, 'm> {
 enum Outcome {
     Keep,
     Remove,
-    Write(Vec<u8>),
+    /// The new record, at this range of the slice's record buffer.
+    Write(std::ops::Range<usize>),
 }
 
 /// Replaces `old_len` bytes of `space` at `at` with `new`: one overwrite if the sizes
@@ -136,8 +137,10 @@ impl SortedStore {
         cx: &Context,
     ) -> Result<()> {
         let mut updates = updates.peekable();
+        let mut slice = Vec::with_capacity(SLICE);
         while updates.peek().is_some() {
-            let slice: Vec<Update> = updates.by_ref().take(SLICE).collect();
+            slice.clear();
+            slice.extend(updates.by_ref().take(SLICE));
             if let Err(e) = self.commit_slice(&slice, cx) {
                 self.broken.store(true, Ordering::Release);
                 return Err(e);
@@ -148,6 +151,8 @@ impl SortedStore {
 
     fn commit_slice(&self, slice: &[Update], cx: &Context) -> Result<()> {
         let st = self.state.upgradable_read();
+        let mut records = self.records.lock();
+        records.clear();
         let mut plans = Vec::new();
         let mut lingering = Vec::new();
         let mut i = 0;
@@ -166,7 +171,7 @@ impl SortedStore {
                             lingering.push((u.key.clone(), seq));
                         }
                     };
-                    self.resolve(&mut linger, &u.key, current, &u.versions, cx)
+                    self.resolve(&mut linger, &u.key, current, &u.versions, &mut records, cx)
                 })
                 .collect::<Result<Vec<_>>>()?;
             plans.push(Plan {
@@ -198,7 +203,7 @@ impl SortedStore {
                 t0 = Instant::now();
                 section = self.epoch.section();
             }
-            if let Err(e) = self.apply_plan(&mut st, plan) {
+            if let Err(e) = self.apply_plan(&mut st, plan, &records) {
                 cx.holds.record(t0.elapsed());
                 return Err(e);
             }
@@ -212,14 +217,14 @@ impl SortedStore {
     /// Applies one interval's resolved updates. Its interval is found again: an earlier
     /// interval of the slice may have merged with it (then it is loaded afresh; the
     /// records of the keys being updated are the same, so their outcomes stand).
-    fn apply_plan(&self, st: &mut State, plan: Plan<'_, '_>) -> Result<()> {
+    fn apply_plan(&self, st: &mut State, plan: Plan<'_, '_>, records: &[u8]) -> Result<()> {
         let iv = st.index.find(&plan.ups[0].key);
         let old = if iv.key == plan.key && iv.size == plan.size {
             plan.old
         } else {
             self.load(st, &iv, false)?
         };
-        self.apply_interval(st, &iv, &old, plan.ups, plan.outcomes)
+        self.apply_interval(st, &iv, &old, plan.ups, plan.outcomes, records)
     }
 
     /// Runs `f` under the write lock and records how long it was held. An error marks
@@ -271,6 +276,7 @@ impl SortedStore {
         old: &Loaded,
         ups: &[Update],
         outcomes: Vec<Outcome>,
+        records: &[u8],
     ) -> Result<()> {
         let rewrite = old.fragmented;
         // Room for every update as a new record of its newest version, so the interval
@@ -330,15 +336,17 @@ impl SortedStore {
                     oi += 1;
                     shrank = true;
                 }
-                (Some(len), Outcome::Write(rec)) => {
+                (Some(len), Outcome::Write(at)) => {
+                    let rec = &records[at];
                     run.get_or_insert((0, from)).0 += len;
                     shrank |= (rec.len() as u64) < len;
-                    keep(&mut bytes, &mut starts, &rec);
+                    keep(&mut bytes, &mut starts, rec);
                     oi += 1;
                 }
-                (None, Outcome::Write(rec)) => {
+                (None, Outcome::Write(at)) => {
+                    let rec = &records[at];
                     run.get_or_insert((0, from));
-                    keep(&mut bytes, &mut starts, &rec);
+                    keep(&mut bytes, &mut starts, rec);
                 }
                 (None, Outcome::Keep | Outcome::Remove) => {}
             }
@@ -384,6 +392,7 @@ impl SortedStore {
         key: &[u8],
         current: Option<Record<'_>>,
         versions: &[VersionEntry<'_>],
+        records: &mut Vec<u8>,
         cx: &Context,
     ) -> Result<Outcome> {
         let base = current.map(|c| c.seq);
@@ -458,9 +467,9 @@ impl SortedStore {
         } else {
             linger(None);
         }
-        let mut rec = Vec::new();
-        newest.encode(&mut rec);
-        Ok(Outcome::Write(rec))
+        let start = records.len();
+        newest.encode(records);
+        Ok(Outcome::Write(start..records.len()))
     }
 
     /// Moves the separated value `v` of `key` (if it is one) between holders.

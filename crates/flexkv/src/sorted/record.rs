@@ -54,7 +54,7 @@ impl Record<'_> {
             _ => body.len(),
         };
         put_varint(out, value_len as u64);
-        // One allocation at most for the rest (the committer encodes into fresh buffers).
+        // One reservation at most for the rest (the committer encodes a slice into one buffer).
         let prior_len = if self.prior.is_some() {
             Pointer::ENCODED_LEN
         } else {

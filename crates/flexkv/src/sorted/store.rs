@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use super::cache::IntervalCache;
 use super::history::Version;
@@ -87,6 +87,9 @@ pub(crate) struct SortedStore {
     pub(crate) counters: StoreCounters,
     /// An interval splits past this many pairs (at least 2).
     pub(crate) split_pairs: usize,
+    /// The committer's buffer for a slice's encoded records, kept from slice to slice:
+    /// a fresh one each time came from fresh pages, which the kernel zeroes first.
+    pub(crate) records: Mutex<Vec<u8>>,
 }
 
 impl std::fmt::Debug for SortedStore {
@@ -190,6 +193,7 @@ impl SortedStore {
             broken: AtomicBool::new(false),
             counters: StoreCounters::default(),
             split_pairs: opts.split_pairs.max(2),
+            records: Mutex::new(Vec::new()),
         })
     }
 
