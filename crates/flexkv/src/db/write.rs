@@ -255,7 +255,7 @@ impl Inner {
                     value: v,
                 },
             });
-            format::encode_batch(&mut payload, ops.collect::<Vec<_>>().into_iter());
+            format::encode_batch(&mut payload, ops);
         }
         self.wal.append(&payload)?;
         crate::wal::keep_reusable(&mut payload);
