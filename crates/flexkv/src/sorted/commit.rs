@@ -418,19 +418,19 @@ impl SortedStore {
         // into its new record, and an older one into history if a snapshot needs it.
         let mut older = current.map(|c| (c, Holder::Store));
         for v in fresh.iter().rev() {
-            let seq = &v.seq();
+            let seq = v.seq();
             let prior = match older.take() {
                 // Nobody reads below `seq`: the whole chain can go.
-                Some((o, h)) if !cx.snapshots.any_in(0, *seq) => {
+                Some((o, h)) if !cx.snapshots.any_in(0, seq) => {
                     self.hold(cx, key, o.value, Some(h), None);
                     None
                 }
-                Some((o, h)) if cx.snapshots.any_in(o.seq, *seq) => {
+                Some((o, h)) if cx.snapshots.any_in(o.seq, seq) => {
                     self.counters
                         .history_written
                         .fetch_add(1, Ordering::Relaxed);
-                    self.hold(cx, key, o.value, Some(h), Some(Holder::Pinned(*seq)));
-                    Some(history::write(cx.vlog, self.ks, &o, *seq)?)
+                    self.hold(cx, key, o.value, Some(h), Some(Holder::Pinned(seq)));
+                    Some(history::write(cx.vlog, self.ks, &o, seq)?)
                 }
                 Some((o, h)) => {
                     self.hold(cx, key, o.value, Some(h), None);
@@ -439,7 +439,7 @@ impl SortedStore {
                 None => None,
             };
             let version = Record {
-                seq: *seq,
+                seq,
                 key,
                 value: record_value(v.value()),
                 prior,
