@@ -576,6 +576,12 @@ impl Db {
         self.inner.stats()
     }
 
+    /// The sorted store of keyspace `ks`, for unit tests of the store's internals.
+    #[cfg(test)]
+    pub(crate) fn store_of(&self, ks: &Keyspace) -> Arc<SortedStore> {
+        self.inner.store(ks.id()).expect("the keyspace has a store")
+    }
+
     /// The directory the database lives in.
     pub fn path(&self) -> &Path {
         &self.inner.dir

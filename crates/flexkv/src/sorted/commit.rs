@@ -30,6 +30,9 @@ pub(crate) const SLICE: usize = 1000;
 /// The longest the committer holds a keyspace's write lock before it lets waiting
 /// readers in (it checks between intervals, so a hold can pass it by one interval).
 const SECTION: Duration = Duration::from_micros(200);
+/// The most a keyspace's record buffer keeps between slices (about 1,000 pairs of
+/// 16-byte keys and 1 KiB values; larger slices allocate afresh).
+const RECORDS_KEPT: usize = 1 << 20;
 /// An interval splits past this many bytes...
 pub(crate) const SPLIT_BYTES: usize = 16 << 10;
 /// ...or this many pairs (the default of `SortedStore::split_pairs`), and two
@@ -211,6 +214,10 @@ impl SortedStore {
         drop(section);
         drop(st);
         cx.holds.record(t0.elapsed());
+        // A slice of large inline values grows the buffer far past a usual slice's
+        // need; each keyspace keeps one, so it does not keep more than this.
+        records.clear();
+        records.shrink_to(RECORDS_KEPT);
         Ok(())
     }
 
@@ -598,5 +605,30 @@ impl SortedStore {
             (end, last) = (Some(key), cut);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RECORDS_KEPT;
+    use crate::{Db, WriteBatch};
+
+    #[test]
+    fn a_slice_of_large_values_leaves_no_large_buffer_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let ks = db.default_keyspace();
+        // 1,000 inline values of 2 KiB: one slice, about 2 MiB of records.
+        let mut b = WriteBatch::new();
+        for i in 0..1000u32 {
+            b.put(&ks, &i.to_be_bytes(), &[i as u8; 2000]).unwrap();
+        }
+        db.write(b).unwrap();
+        db.flush().unwrap();
+        let kept = db.store_of(&ks).records.lock().capacity();
+        assert!(kept <= RECORDS_KEPT, "{kept} bytes kept");
+        for i in [0u32, 517, 999] {
+            assert_eq!(db.get(&i.to_be_bytes()).unwrap(), Some(vec![i as u8; 2000]));
+        }
     }
 }
