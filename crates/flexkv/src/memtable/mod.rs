@@ -17,7 +17,6 @@ use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
-use crossbeam_skiplist::map::Entry;
 use crossbeam_skiplist::SkipMap;
 use smallvec::SmallVec;
 
@@ -53,32 +52,8 @@ impl Value {
     }
 }
 
-/// One version in a memtable, borrowed from it (the entry holds its node).
-pub(crate) struct VersionEntry<'a>(Entry<'a, MemKey, Value>);
-
-impl VersionEntry<'_> {
-    /// The version's sequence.
-    pub(crate) fn seq(&self) -> u64 {
-        self.0.key().seq
-    }
-
-    /// Its value.
-    pub(crate) fn value(&self) -> &Value {
-        self.0.value()
-    }
-}
-
-impl std::fmt::Debug for VersionEntry<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("VersionEntry")
-            .field(&self.seq())
-            .field(self.value())
-            .finish()
-    }
-}
-
 /// One key's versions, newest first. Most keys have one: it is held inline.
-pub(crate) type Versions<'a> = SmallVec<[VersionEntry<'a>; 1]>;
+pub(crate) type Versions = SmallVec<[(u64, Value); 1]>;
 
 /// A version's place in the skip list. Keys up to [`INLINE_KEY`] bytes live in the
 /// node itself: a search compares keys at every level, and a key behind a pointer
@@ -313,12 +288,11 @@ impl Memtable {
     }
 
     /// Every key of keyspace `ks` in order, with its versions newest first: what the
-    /// committer applies. The versions are the memtable's own entries, borrowed, not
-    /// copies of their values.
+    /// committer applies.
     pub(crate) fn grouped(
         &self,
         ks: KeyspaceId,
-    ) -> impl Iterator<Item = (Box<[u8]>, Versions<'_>)> + '_ {
+    ) -> impl Iterator<Item = (Box<[u8]>, Versions)> + '_ {
         let mut entries = self
             .map
             .range(MemKey::new(ks, &[], u64::MAX)..)
@@ -328,9 +302,9 @@ impl Memtable {
             let first = entries.next()?;
             let key: Box<[u8]> = first.key().key.as_slice().into();
             let mut versions = Versions::new();
-            versions.push(VersionEntry(first));
+            versions.push((first.key().seq, first.value().clone()));
             while let Some(e) = entries.next_if(|e| *e.key().key == *key) {
-                versions.push(VersionEntry(e));
+                versions.push((e.key().seq, e.value().clone()));
             }
             Some((key, versions))
         })
@@ -477,10 +451,10 @@ mod tests {
         let g: Vec<_> = m.grouped(0).collect();
         assert_eq!(g.len(), 1);
         assert_eq!(&*g[0].0, b"k");
-        let seqs: Vec<u64> = g[0].1.iter().map(VersionEntry::seq).collect();
+        let seqs: Vec<u64> = g[0].1.iter().map(|(s, _)| *s).collect();
         assert_eq!(seqs, vec![12, 9, 5], "newest first");
-        assert_eq!(*g[0].1[0].value(), inline(b"twelve"));
-        assert_eq!(*g[0].1[1].value(), Value::Tombstone);
+        assert_eq!(g[0].1[0].1, inline(b"twelve"));
+        assert_eq!(g[0].1[1].1, Value::Tombstone);
         assert_eq!(m.grouped(1).count(), 1);
         assert_eq!(m.grouped(2).count(), 0);
     }

@@ -19,7 +19,7 @@ use super::index::{separator, Interval};
 use super::interval::Loaded;
 use super::record::{Record, RecordValue};
 use super::store::{SortedStore, State, HEAD};
-use crate::memtable::{VersionEntry, Versions};
+use crate::memtable::{Value, Versions};
 use crate::mvcc::Snapshots;
 use crate::space::FlexSpace;
 use crate::vlog::{Holder, ValueLog};
@@ -41,10 +41,9 @@ pub(crate) const SPLIT_PAIRS: usize = 16;
 
 /// The versions of one key to commit, newest first (empty: only tidy the record up).
 #[derive(Debug)]
-pub(crate) struct Update<'m> {
+pub(crate) struct Update {
     pub(crate) key: Box<[u8]>,
-    /// Borrowed from the memtable being committed.
-    pub(crate) versions: Versions<'m>,
+    pub(crate) versions: Versions,
 }
 
 /// What a commit needs from the database.
@@ -93,12 +92,12 @@ impl LockHolds {
 }
 
 /// One interval's share of a slice, worked out under the shared lock.
-struct Plan<'u, 'm> {
+struct Plan<'u> {
     /// The interval's key and size when it was loaded.
     key: Vec<u8>,
     size: u64,
     old: Arc<Loaded>,
-    ups: &'u [Update<'m>],
+    ups: &'u [Update],
     /// What becomes of each update's record, in the order of `ups`.
     outcomes: Vec<Outcome>,
 }
@@ -134,11 +133,7 @@ impl SortedStore {
     /// the index and the cache, so readers wait for the edits alone. No other writer can
     /// change the store between the two steps (an upgradable read excludes them). An
     /// error marks the store broken: the change may be half made.
-    pub(crate) fn commit<'m>(
-        &self,
-        updates: impl Iterator<Item = Update<'m>>,
-        cx: &Context,
-    ) -> Result<()> {
+    pub(crate) fn commit(&self, updates: impl Iterator<Item = Update>, cx: &Context) -> Result<()> {
         let mut updates = updates.peekable();
         let mut slice = Vec::with_capacity(SLICE);
         while updates.peek().is_some() {
@@ -224,7 +219,7 @@ impl SortedStore {
     /// Applies one interval's resolved updates. Its interval is found again: an earlier
     /// interval of the slice may have merged with it (then it is loaded afresh; the
     /// records of the keys being updated are the same, so their outcomes stand).
-    fn apply_plan(&self, st: &mut State, plan: Plan<'_, '_>, records: &[u8]) -> Result<()> {
+    fn apply_plan(&self, st: &mut State, plan: Plan<'_>, records: &[u8]) -> Result<()> {
         let iv = st.index.find(&plan.ups[0].key);
         let old = if iv.key == plan.key && iv.size == plan.size {
             plan.old
@@ -290,7 +285,7 @@ impl SortedStore {
         // being rebuilt is not copied again as it grows.
         let added: usize = ups
             .iter()
-            .map(|u| u.key.len() + u.versions.first().map_or(0, |v| v.value().footprint()) + 32)
+            .map(|u| u.key.len() + u.versions.first().map_or(0, |(_, v)| v.footprint()) + 32)
             .sum();
         let mut bytes = Vec::with_capacity(old.size() + added);
         let mut starts: Vec<u32> = Vec::with_capacity(old.len() + ups.len());
@@ -398,17 +393,17 @@ impl SortedStore {
         linger: &mut impl FnMut(Option<u64>),
         key: &[u8],
         current: Option<Record<'_>>,
-        versions: &[VersionEntry<'_>],
+        versions: &[(u64, Value)],
         records: &mut Vec<u8>,
         cx: &Context,
     ) -> Result<Outcome> {
         let base = current.map(|c| c.seq);
         // Newest first: the versions not yet applied are a prefix.
         let (fresh, stale) =
-            versions.split_at(versions.partition_point(|v| base.is_none_or(|b| v.seq() > b)));
+            versions.split_at(versions.partition_point(|(s, _)| base.is_none_or(|b| *s > b)));
         // Versions already applied (a replay): the record holds their value already.
-        for v in stale {
-            self.hold(cx, key, record_value(v.value()), Some(Holder::Memory), None);
+        for (_, v) in stale {
+            self.hold(cx, key, record_value(v), Some(Holder::Memory), None);
         }
         if fresh.is_empty() {
             // Nothing new (a replay, or a sweep): drop a tombstone no snapshot needs.
@@ -421,11 +416,10 @@ impl SortedStore {
             });
         }
         // Each version with who holds its value now: the record, or the memtable. All
-        // are borrowed (from the interval and the memtable): only the newest is copied,
-        // into its new record, and an older one into history if a snapshot needs it.
+        // are borrowed (the record from the interval): only the newest is copied into
+        // its new record, and an older one into history if a snapshot needs it.
         let mut older = current.map(|c| (c, Holder::Store));
-        for v in fresh.iter().rev() {
-            let seq = v.seq();
+        for &(seq, ref value) in fresh.iter().rev() {
             let prior = match older.take() {
                 // Nobody reads below `seq`: the whole chain can go.
                 Some((o, h)) if !cx.snapshots.any_in(0, seq) => {
@@ -448,7 +442,7 @@ impl SortedStore {
             let version = Record {
                 seq,
                 key,
-                value: record_value(v.value()),
+                value: record_value(value),
                 prior,
             };
             older = Some((version, Holder::Memory));
