@@ -5,9 +5,6 @@ use super::options::{MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEY_LEN, MAX_VALUE_LEN}
 use crate::memtable::KeyspaceId;
 use crate::{Durability, Error, Keyspace, Result};
 
-/// The most operations [`WriteBatch::with_capacity`] reserves room for.
-const MAX_RESERVED_OPS: usize = 1 << 16;
-
 /// One operation of a batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct BatchOp {
@@ -47,18 +44,6 @@ impl WriteBatch {
     /// An empty batch with [`Durability::Sync`].
     pub fn new() -> Self {
         WriteBatch::default()
-    }
-
-    /// An empty batch with [`Durability::Sync`] and room for `ops` operations before it
-    /// grows (a hint, capped at 65,536): a writer that knows its batch size saves the
-    /// batch's growing copies. The batch still takes up to [`MAX_BATCH_OPS`].
-    ///
-    /// [`MAX_BATCH_OPS`]: crate::MAX_BATCH_OPS
-    pub fn with_capacity(ops: usize) -> Self {
-        WriteBatch {
-            ops: Vec::with_capacity(ops.min(MAX_RESERVED_OPS)),
-            ..WriteBatch::default()
-        }
     }
 
     /// Sets when the batch is acknowledged (default [`Durability::Sync`]).

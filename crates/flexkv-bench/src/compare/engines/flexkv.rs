@@ -25,7 +25,7 @@ pub(super) fn open(dir: &Path, config: &EngineConfig) -> EngineResult<Box<dyn En
 
 impl Engine for Flexkv {
     fn write(&self, ops: &[Op<'_>]) -> EngineResult {
-        let mut batch = WriteBatch::with_capacity(ops.len());
+        let mut batch = WriteBatch::new();
         batch.durability(Durability::Buffered);
         for op in ops {
             match op {
