@@ -299,7 +299,7 @@ impl SortedStore {
         // first, so it starts at `iv.offset` plus the new bytes before it. `run` is the
         // old bytes it replaces and where its new bytes start in `bytes`.
         let mut run: Option<(u64, usize)> = None;
-        let mut flush = |run: &mut Option<(u64, usize)>, bytes: &[u8]| -> Result<()> {
+        let mut edit_run = |run: &mut Option<(u64, usize)>, bytes: &[u8]| -> Result<()> {
             match run.take() {
                 Some((old_len, from)) if !rewrite => edit(
                     &mut st.space,
@@ -315,7 +315,7 @@ impl SortedStore {
         let appended = old.len() > 0 && ups.iter().all(|u| *u.key > *old.key(old.len() - 1));
         for (u, outcome) in ups.iter().zip(outcomes) {
             while oi < old.len() && old.key(oi) < &u.key[..] {
-                flush(&mut run, &bytes)?;
+                edit_run(&mut run, &bytes)?;
                 let (s, e) = old.span(oi);
                 keep(&mut bytes, &mut starts, &old.bytes()[s..e]);
                 oi += 1;
@@ -328,7 +328,7 @@ impl SortedStore {
             let from = bytes.len();
             match (old_len, outcome) {
                 (Some(_), Outcome::Keep) => {
-                    flush(&mut run, &bytes)?;
+                    edit_run(&mut run, &bytes)?;
                     let (s, e) = old.span(oi);
                     keep(&mut bytes, &mut starts, &old.bytes()[s..e]);
                     oi += 1;
@@ -353,7 +353,7 @@ impl SortedStore {
                 (None, Outcome::Keep | Outcome::Remove) => {}
             }
         }
-        flush(&mut run, &bytes)?;
+        edit_run(&mut run, &bytes)?;
         while oi < old.len() {
             let (s, e) = old.span(oi);
             keep(&mut bytes, &mut starts, &old.bytes()[s..e]);
