@@ -207,6 +207,63 @@ fn the_write_lock_is_held_in_slices_during_a_large_commit() {
     assert!(s.intervals > 50_000 / 16, "{s:?}");
 }
 
+/// A commit caches the intervals it changes only where the cache held them or has room
+/// to spare: writes all over a keyspace larger than the cache leave the intervals
+/// readers use in it, and readers of the changed keys still find the new values.
+#[test]
+fn a_commit_leaves_the_intervals_readers_use_in_a_full_cache() {
+    let vfs = FaultVfs::new(5);
+    const N: u32 = 40_000;
+    let open = || {
+        Db::builder(DIR)
+            .vfs(vfs.shared())
+            .cache_bytes(512 << 10)
+            .idle_commit(std::time::Duration::ZERO)
+            .open()
+            .unwrap()
+    };
+    let write = |db: &Db, keys: std::ops::Range<u32>, round: u32| {
+        let ks = db.default_keyspace();
+        for chunk in keys.collect::<Vec<_>>().chunks(1000) {
+            let mut b = flexkv::WriteBatch::new();
+            b.durability(Durability::Buffered);
+            for &i in chunk {
+                b.put(&ks, &key(i), &val(i, round)).unwrap();
+            }
+            db.write(b).unwrap();
+        }
+        db.flush().unwrap();
+    };
+    let db = open();
+    write(&db, 0..N, 0);
+    db.close().unwrap();
+
+    // An empty cache; the readers' intervals go in, then a commit changes four times
+    // as many bytes of other intervals as the cache holds.
+    let db = open();
+    let hot = || {
+        for i in 0..300 {
+            assert_eq!(db.get(&key(i)).unwrap(), Some(val(i, 0)));
+        }
+    };
+    hot();
+    let warm = db.stats();
+    assert!(warm.cache_misses > 0, "{warm:?}");
+    write(&db, N / 2..N, 1);
+    let after = db.stats();
+    assert!(after.cache_bytes <= 512 << 10, "{after:?}");
+    hot();
+    let again = db.stats();
+    assert_eq!(
+        again.cache_misses, after.cache_misses,
+        "the readers' intervals were evicted by the commit"
+    );
+    for i in (N / 2..N).step_by(97) {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(val(i, 1)));
+    }
+    assert_eq!(db.get(&key(N / 2 - 1)).unwrap(), Some(val(N / 2 - 1, 0)));
+}
+
 /// Recovery rebuilds the index from the interval heads, every head or sampled, and
 /// both give the same contents; writes after it split the merged intervals again.
 #[test]

@@ -1,7 +1,8 @@
 //! The interval cache (FlexDB §5.2): decoded intervals kept in memory under a byte
-//! budget, replaced by CLOCK, and written through by the committer (which puts every
-//! interval it changes back in its new form), so a cached interval always equals the
-//! bytes in the FlexSpace.
+//! budget, replaced by CLOCK, and written through by the committer (which puts an
+//! interval it changes back in its new form if the cache held it or has room, and
+//! otherwise leaves no entry for it), so a cached interval always equals the bytes in
+//! the FlexSpace.
 //!
 //! Entries are keyed by the interval's index key and also record where the interval
 //! ends (the next interval's key), so a point read can find the interval holding a key
@@ -239,6 +240,18 @@ impl IntervalCache {
         self.by_key
             .insert(MapKey::from_slice(key), Arc::clone(&entry.interval));
         self.map.insert(MapKey::from_slice(key), entry);
+    }
+
+    /// Whether the committer, having changed the interval keyed `key` (now taking
+    /// `footprint` bytes), should cache its new form: yes if the cache holds the
+    /// interval (its entry must be replaced anyway) or has room for it without evicting
+    /// anything. A commit touches intervals all over a keyspace larger than the cache;
+    /// caching each one it changed would evict, at every commit, the intervals readers
+    /// keep using, for intervals nobody may read again soon.
+    pub(crate) fn wants(&self, key: &[u8], footprint: usize) -> bool {
+        let ring = self.ring.lock();
+        self.by_key.contains_key(key)
+            || ring.used + PER_ENTRY + 4 * key.len() + footprint <= self.capacity
     }
 
     /// Drops the entry keyed `key`, if there is one.

@@ -3,7 +3,7 @@
 //! most [`SLICE`] keys, each worked out under an upgradable read lock and applied in
 //! short write sections (see [`SortedStore::commit`]); writing history for snapshots
 //! (SkimpyFTL); splitting and merging intervals; keeping the head tags and the cache
-//! (write-through) in step.
+//! in step (write-through for the intervals the cache holds or has room for).
 //!
 //! A version is applied only if it is newer than the record it replaces, so replaying a
 //! memtable that was partly committed before a crash changes nothing twice.
@@ -488,7 +488,8 @@ impl SortedStore {
     }
 
     /// After an interval changed: removes it if empty, tags its head, splits it if too
-    /// big, merges it with the next if both are small, and caches what results.
+    /// big, merges it with the next if both are small, and caches what results if the
+    /// cache held the interval or has room to spare ([`IntervalCache::wants`]).
     fn settle(
         &self,
         st: &mut State,
@@ -527,8 +528,9 @@ impl SortedStore {
         if st.space.tag(iv.offset) != Some(HEAD) {
             st.space.set_tag(iv.offset, HEAD)?;
         }
+        let cached = self.cache.wants(&iv.key, new.footprint());
         if new.len() > self.split_pairs || (new.size() > SPLIT_BYTES && new.len() > 1) {
-            return self.split(st, iv, new, appended);
+            return self.split(st, iv, new, appended, cached);
         }
         if shrank && new.len() < self.split_pairs {
             if let Some(next) = st.index.next(&iv.key) {
@@ -537,21 +539,38 @@ impl SortedStore {
                     if new.len() + other.len() <= self.split_pairs {
                         st.index.merge_next(&iv.key)?;
                         st.space.set_tag(next.offset, 0)?;
-                        self.cache_put(st, &iv.key, Arc::new(new.concat(&other)));
+                        self.recache(st, &iv.key, new.concat(&other), cached);
                         self.cache.remove(&next.key);
                         return Ok(());
                     }
                 }
             }
         }
-        self.cache_put(st, &iv.key, Arc::new(new));
+        self.recache(st, &iv.key, new, cached);
         Ok(())
+    }
+
+    /// Caches the changed interval keyed `key` if `cached`, or else makes sure the
+    /// cache holds no entry for it.
+    fn recache(&self, st: &State, key: &[u8], new: Loaded, cached: bool) {
+        if cached {
+            self.cache_put(st, key, Arc::new(new));
+        } else {
+            self.cache.remove(key);
+        }
     }
 
     /// Splits an interval that outgrew `split_pairs` or [`SPLIT_BYTES`] into even
     /// pieces, or, when the updates all went past its end (a sequential load), into
     /// full pieces and a remainder, so a load leaves full intervals behind it.
-    fn split(&self, st: &mut State, iv: &Interval, new: Loaded, appended: bool) -> Result<()> {
+    fn split(
+        &self,
+        st: &mut State,
+        iv: &Interval,
+        new: Loaded,
+        appended: bool,
+        cached: bool,
+    ) -> Result<()> {
         let n = new.len();
         let pieces = n
             .div_ceil(self.split_pairs)
@@ -587,6 +606,10 @@ impl SortedStore {
             st.index.split(k[0], at, k[1])?;
             st.space
                 .set_tag(iv.offset + new.span(w[1]).0 as u64, HEAD)?;
+        }
+        if !cached {
+            self.cache.remove(&iv.key);
+            return Ok(());
         }
         // The pieces are cached last first, so that until the first piece replaces the
         // whole interval's entry, a reader of its keys finds a right one.
