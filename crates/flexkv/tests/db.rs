@@ -63,6 +63,36 @@ fn an_idle_memtable_is_committed() {
     assert_eq!((s.commits, s.memtable_entries), (0, 1), "{s:?}");
 }
 
+/// The idle rule waits for the writes to stop: a memtable written every few
+/// milliseconds for several idle times is not committed by it.
+#[test]
+fn a_memtable_still_taking_writes_is_not_idle() {
+    let vfs = FaultVfs::new(10);
+    let db = Db::builder(DIR)
+        .vfs(vfs.shared())
+        .commit_interval(Duration::from_secs(3600))
+        .idle_commit(Duration::from_millis(400))
+        .open()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let mut i = 0u32;
+    while t0.elapsed() < Duration::from_millis(1600) {
+        db.default_keyspace()
+            .put_with(&i.to_be_bytes(), b"v", Durability::Buffered)
+            .unwrap();
+        i += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let s = db.stats();
+    assert_eq!(s.commits, 0, "{s:?}");
+    let t1 = std::time::Instant::now();
+    while db.stats().commits == 0 {
+        assert!(t1.elapsed() < Duration::from_secs(20), "never committed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(db.stats().pairs_committed, u64::from(i));
+}
+
 fn all(it: flexkv::Iter) -> Vec<(Vec<u8>, Vec<u8>)> {
     it.map(|r| r.unwrap()).collect()
 }

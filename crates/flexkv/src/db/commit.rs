@@ -77,6 +77,25 @@ impl Tables {
     }
 }
 
+/// The active memtable as the committer last saw it (when it was born and how many
+/// bytes it held), and since when it has looked so: the memtable has taken no write
+/// for at least that long.
+#[derive(Debug, Default)]
+struct Quiet(Option<((Instant, usize), Instant)>);
+
+impl Quiet {
+    /// How long the memtable has looked like `now` (zero if it has just changed).
+    fn unchanged_for(&mut self, now: (Instant, usize)) -> Duration {
+        match self.0 {
+            Some((seen, since)) if seen == now => since.elapsed(),
+            _ => {
+                self.0 = Some((now, Instant::now()));
+                Duration::ZERO
+            }
+        }
+    }
+}
+
 /// What wakes the committer, and writers waiting for room.
 #[derive(Debug, Default)]
 pub(crate) struct Signal {
@@ -173,15 +192,7 @@ impl Inner {
     /// active one that has grown old or idle, and stops at shutdown (the closing thread
     /// commits what is left).
     pub(crate) fn committer_loop(&self) {
-        let idle = self.opts.idle_commit;
-        let tick = if idle.is_zero() {
-            self.opts.commit_interval
-        } else {
-            self.opts.commit_interval.min(idle)
-        };
-        // The active memtable's generation and size at the last tick: the same at the
-        // next tick means no write came in between.
-        let mut seen: Option<(u64, usize)> = None;
+        let mut quiet = Quiet::default();
         loop {
             {
                 let mut flags = self.signal.state.lock();
@@ -192,16 +203,11 @@ impl Inner {
                     if !self.tables.read().frozen.is_empty() {
                         break;
                     }
-                    let timed_out = self.signal.cond.wait_for(&mut flags, tick).timed_out();
-                    if timed_out {
-                        let freeze = {
-                            let t = self.tables.read();
-                            let now = (t.generation, t.active.approximate_bytes());
-                            let still = seen.replace(now) == Some(now) && !idle.is_zero();
-                            !t.active.is_empty()
-                                && (still || t.born.elapsed() >= self.opts.commit_interval)
-                        };
-                        if freeze {
+                    match self.freeze_due(&mut quiet) {
+                        Some(wait) => {
+                            self.signal.cond.wait_for(&mut flags, wait);
+                        }
+                        None => {
                             drop(flags);
                             if self.freeze(false).is_err() {
                                 return;
@@ -211,11 +217,41 @@ impl Inner {
                     }
                 }
             }
+            // Looked at before the commit, so that a memtable no write touched while it
+            // ran is idle for all that time, and is frozen as soon as it ends.
+            {
+                let t = self.tables.read();
+                quiet.unchanged_for((t.born, t.active.approximate_bytes()));
+            }
             if let Err(e) = self.commit_oldest() {
                 self.fail_commit(e);
                 return;
             }
         }
+    }
+
+    /// Whether the active memtable is to be frozen now (`None`: it has taken no write
+    /// for the idle time, or it is older than the commit interval), or else how long
+    /// to wait before asking again.
+    fn freeze_due(&self, quiet: &mut Quiet) -> Option<Duration> {
+        let idle = self.opts.idle_commit;
+        let every = self.opts.commit_interval;
+        let t = self.tables.read();
+        if t.active.is_empty() {
+            *quiet = Quiet::default();
+            return Some(if idle.is_zero() {
+                every
+            } else {
+                every.min(idle)
+            });
+        }
+        let age = t.born.elapsed();
+        let mut due = every.saturating_sub(age);
+        if !idle.is_zero() {
+            let unchanged = quiet.unchanged_for((t.born, t.active.approximate_bytes()));
+            due = due.min(idle.saturating_sub(unchanged));
+        }
+        (!due.is_zero()).then_some(due)
     }
 
     pub(crate) fn fail_commit(&self, e: Error) {
