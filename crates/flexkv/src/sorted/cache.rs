@@ -30,6 +30,7 @@
 //!   index and the space.
 
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_skiplist::SkipMap;
@@ -107,6 +108,54 @@ pub(crate) struct IntervalCache {
     map: SkipMap<MapKey, Arc<Entry>>,
     by_key: DashMap<MapKey, Arc<Loaded>, foldhash::fast::RandomState>,
     ring: Mutex<Ring>,
+    doorkeeper: Doorkeeper,
+}
+
+/// Cache bytes per interval a point read's miss is remembered for: about two cache
+/// entries' worth (an interval of 16 pairs of 100 bytes takes about 2 KiB).
+const BYTES_PER_REMEMBERED: usize = 1 << 10;
+/// The fewest misses remembered, for small caches.
+const MIN_REMEMBERED: usize = 256;
+
+/// The intervals point reads missed lately (TinyLFU's doorkeeper): a full cache takes
+/// a point read's interval on its second miss within a window of misses, not its first.
+/// A bit set with two bits per key, cleared once a window's worth of new keys went in.
+/// It may say "seen" of a key it was never told about (about one in twenty at a full
+/// window), which only admits that interval early.
+struct Doorkeeper {
+    bits: Box<[AtomicU64]>,
+    added: AtomicUsize,
+    window: usize,
+}
+
+impl Doorkeeper {
+    fn new(window: usize) -> Self {
+        let words = (window * 8).div_ceil(64).max(1).next_power_of_two();
+        Doorkeeper {
+            bits: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            added: AtomicUsize::new(0),
+            window: window.max(1),
+        }
+    }
+
+    /// Records a miss of the interval keyed `key`; returns whether one was recorded
+    /// since the last clearing.
+    fn missed_before(&self, key: &[u8]) -> bool {
+        use std::hash::BuildHasher;
+        let h = foldhash::fast::FixedState::default().hash_one(key);
+        let mask = self.bits.len() * 64 - 1;
+        let mut seen = true;
+        for bit in [h as usize & mask, (h >> 32) as usize & mask] {
+            let b = 1u64 << (bit % 64);
+            seen &= self.bits[bit / 64].fetch_or(b, Ordering::Relaxed) & b != 0;
+        }
+        if !seen && self.added.fetch_add(1, Ordering::Relaxed) + 1 >= self.window {
+            // Racing readers may lose a few marks here: they only delay an admission.
+            self.bits.iter().for_each(|w| w.store(0, Ordering::Relaxed));
+            self.added.store(0, Ordering::Relaxed);
+        }
+        seen
+    }
 }
 
 impl IntervalCache {
@@ -117,6 +166,7 @@ impl IntervalCache {
             map: SkipMap::new(),
             by_key: DashMap::default(),
             ring: Mutex::new(Ring::default()),
+            doorkeeper: Doorkeeper::new((capacity / BYTES_PER_REMEMBERED).max(MIN_REMEMBERED)),
         }
     }
 
@@ -252,6 +302,21 @@ impl IntervalCache {
         let ring = self.ring.lock();
         self.by_key.contains_key(key)
             || ring.used + PER_ENTRY + 4 * key.len() + footprint <= self.capacity
+    }
+
+    /// Whether a point read that missed the interval keyed `key` (taking `footprint`
+    /// bytes) should cache it: yes while the cache has room for it, and once full, if
+    /// a point read missed it before, lately ([`Doorkeeper`]). On a keyspace larger
+    /// than the cache, an interval read once in a long while would otherwise evict one
+    /// read often, and cost an insertion and an eviction besides.
+    pub(crate) fn admits(&self, key: &[u8], footprint: usize) -> bool {
+        let room = {
+            let ring = self.ring.lock();
+            ring.used + PER_ENTRY + 4 * key.len() + footprint <= self.capacity
+        };
+        // The miss is remembered even when there is room, so that an interval read
+        // again after the cache filled is known.
+        self.doorkeeper.missed_before(key) || room
     }
 
     /// Drops the entry keyed `key`, if there is one.
@@ -392,6 +457,27 @@ mod tests {
         assert!(c.get(b"a").is_some_and(|l| l.len() == 5));
         assert!(c.get(b"b").is_none(), "b made room for the bigger a");
         assert_eq!(c.used(), cost(b"a", 5));
+    }
+
+    #[test]
+    fn a_full_cache_admits_a_point_read_on_its_second_miss() {
+        let one = cost(b"a", 4);
+        let c = IntervalCache::new(2 * one + 16);
+        let size = interval(4).footprint();
+        assert!(c.admits(b"a", size), "room: admitted on the first miss");
+        c.put(b"a", None, interval(4));
+        c.put(b"b", None, interval(4));
+        assert!(!c.admits(b"x", size), "full: not on the first miss");
+        assert!(c.admits(b"x", size), "but on the second");
+        assert!(!c.admits(b"y", size));
+        for i in 0..MIN_REMEMBERED {
+            c.admits(format!("z{i}").as_bytes(), size);
+        }
+        assert!(
+            !c.admits(b"y", size),
+            "forgotten after a window of other misses"
+        );
+        assert!(c.admits(b"y", size));
     }
 
     #[test]

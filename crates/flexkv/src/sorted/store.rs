@@ -233,10 +233,12 @@ impl SortedStore {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(found);
         }
-        Ok(find_version(
-            &*self.load(st, &st.index.find(key), true)?,
-            key,
-        ))
+        let iv = st.index.find(key);
+        let l = self.load(st, &iv, false)?;
+        if self.cache.admits(&iv.key, l.footprint()) {
+            self.cache_put(st, &iv.key, Arc::clone(&l));
+        }
+        Ok(find_version(&l, key))
     }
 
     /// The records after `from` (forward) or before it (backward), as runs in that
