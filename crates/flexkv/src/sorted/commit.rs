@@ -8,6 +8,7 @@
 //! A version is applied only if it is newer than the record it replaces, so replaying a
 //! memtable that was partly committed before a crash changes nothing twice.
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +28,9 @@ use crate::Result;
 
 /// Keys worked out and applied per slice (the paper releases its lock every 1,000 pairs).
 pub(crate) const SLICE: usize = 1000;
+
+/// Intervals of a slice to read from the space before a second thread helps.
+const PARALLEL_READS: usize = 32;
 /// The longest the committer holds a keyspace's write lock before it lets waiting
 /// readers in (it checks between intervals, so a hold can pass it by one interval).
 const SECTION: Duration = Duration::from_micros(200);
@@ -149,17 +153,23 @@ impl SortedStore {
 
     fn commit_slice(&self, slice: &[Update], cx: &Context) -> Result<()> {
         let st = self.state.upgradable_read();
-        let mut records = self.records.lock();
-        records.clear();
-        let mut plans = Vec::new();
-        let mut lingering = Vec::new();
+        // The intervals the slice falls in, each with where its updates are.
+        let mut groups = Vec::new();
         let mut i = 0;
         while i < slice.len() {
             let iv = st.index.find(&slice[i].key);
             let next = st.index.next(&iv.key).map(|n| n.key);
             let n = slice[i..].partition_point(|u| next.as_ref().is_none_or(|k| *u.key < **k));
-            let ups = &slice[i..i + n];
-            let old = self.load(&st, &iv, false)?;
+            groups.push((iv, i..i + n));
+            i += n;
+        }
+        let olds = self.load_all(&st, &groups)?;
+        let mut records = self.records.lock();
+        records.clear();
+        let mut plans = Vec::with_capacity(groups.len());
+        let mut lingering = Vec::new();
+        for ((iv, range), old) in groups.into_iter().zip(olds) {
+            let ups = &slice[range];
             let outcomes = ups
                 .iter()
                 .map(|u| {
@@ -179,7 +189,6 @@ impl SortedStore {
                 ups,
                 outcomes,
             });
-            i += n;
         }
         // The edits go in short write sections: between two, the lock is downgraded (still
         // excluding other writers) so readers waiting for it get in.
@@ -214,6 +223,53 @@ impl SortedStore {
         records.clear();
         records.shrink_to(RECORDS_KEPT);
         Ok(())
+    }
+
+    /// The intervals of `groups`, from the cache or the space. When many are not
+    /// cached (a keyspace larger than the cache), two threads read them: a read is a
+    /// system call, a tree search and a parse, most of a commit's time there, while the
+    /// writers that wait for the commit leave the other core idle.
+    fn load_all(
+        &self,
+        st: &State,
+        groups: &[(Interval, Range<usize>)],
+    ) -> Result<Vec<Arc<Loaded>>> {
+        let mut olds: Vec<Option<Arc<Loaded>>> = groups
+            .iter()
+            .map(|(iv, _)| self.cache.get(&iv.key))
+            .collect();
+        let missing: Vec<usize> = (0..groups.len()).filter(|&g| olds[g].is_none()).collect();
+        let c = &self.counters;
+        c.cache_hits
+            .fetch_add((groups.len() - missing.len()) as u64, Ordering::Relaxed);
+        c.cache_misses
+            .fetch_add(missing.len() as u64, Ordering::Relaxed);
+        let read = |some: &[usize]| -> Result<Vec<Loaded>> {
+            some.iter()
+                .map(|&g| self.read_interval(&st.space, &groups[g].0))
+                .collect()
+        };
+        let loaded = if missing.len() >= PARALLEL_READS {
+            let (mine, theirs) = missing.split_at(missing.len() / 2);
+            let (a, b) = std::thread::scope(|s| {
+                let helper = s.spawn(|| read(theirs));
+                let a = read(mine);
+                (a, helper.join())
+            });
+            let b = b.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let mut a = a?;
+            a.extend(b?);
+            a
+        } else {
+            read(&missing)?
+        };
+        for (g, l) in missing.into_iter().zip(loaded) {
+            olds[g] = Some(Arc::new(l));
+        }
+        Ok(olds
+            .into_iter()
+            .map(|l| l.unwrap_or_else(|| unreachable!("every interval was loaded")))
+            .collect())
     }
 
     /// Applies one interval's resolved updates. Its interval is found again: an earlier
