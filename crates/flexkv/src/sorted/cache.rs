@@ -299,9 +299,14 @@ impl IntervalCache {
     /// caching each one it changed would evict, at every commit, the intervals readers
     /// keep using, for intervals nobody may read again soon.
     pub(crate) fn wants(&self, key: &[u8], footprint: usize) -> bool {
-        let ring = self.ring.lock();
-        self.by_key.contains_key(key)
-            || ring.used + PER_ENTRY + 4 * key.len() + footprint <= self.capacity
+        self.by_key.contains_key(key) || self.has_room(key, footprint)
+    }
+
+    /// Whether an entry keyed `key` for an interval of `footprint` bytes fits beside
+    /// what the cache holds, without evicting anything (its end key is counted as long
+    /// as its key).
+    fn has_room(&self, key: &[u8], footprint: usize) -> bool {
+        self.ring.lock().used + PER_ENTRY + 4 * key.len() + footprint <= self.capacity
     }
 
     /// Whether a point read that missed the interval keyed `key` (taking `footprint`
@@ -310,10 +315,7 @@ impl IntervalCache {
     /// than the cache, an interval read once in a long while would otherwise evict one
     /// read often, and cost an insertion and an eviction besides.
     pub(crate) fn admits(&self, key: &[u8], footprint: usize) -> bool {
-        let room = {
-            let ring = self.ring.lock();
-            ring.used + PER_ENTRY + 4 * key.len() + footprint <= self.capacity
-        };
+        let room = self.has_room(key, footprint);
         // The miss is remembered even when there is room, so that an interval read
         // again after the cache filled is known.
         self.doorkeeper.missed_before(key) || room
