@@ -233,8 +233,10 @@ impl SortedStore {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(found);
         }
+        // Just missed: straight to the space, not through `load`'s second cache lookup.
+        self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         let iv = st.index.find(key);
-        let l = self.load(st, &iv, false)?;
+        let l = Arc::new(self.read_interval(&st.space, &iv)?);
         if self.cache.admits(&iv.key, l.footprint()) {
             self.cache_put(st, &iv.key, Arc::clone(&l));
         }
