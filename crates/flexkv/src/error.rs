@@ -39,11 +39,24 @@ pub enum Error {
     Locked(PathBuf),
     /// A configured size limit leaves no room for the write; nothing was changed.
     NoSpace(String),
-    /// An earlier write or sync failed, so what is on disk is unknown; writes are refused
-    /// until the store is reopened (which recovers from what is durable).
+    /// An earlier write or sync failed (or a background thread panicked, see
+    /// [`Error::Panicked`]), so what is on disk is unknown; writes are refused until the
+    /// store is reopened (which recovers from what is durable).
     Poisoned,
     /// The handle was closed ([`Db::close`](crate::Db::close)); open the database again.
     Closed,
+    /// A background thread (the committer or the value-log GC) panicked: a bug in flexkv,
+    /// or in the [`Vfs`](crate::io::Vfs) it was given. What the thread was changing may
+    /// be half made, so from then on writes, and reads that reach the sorted keyspace
+    /// (anything not in a memtable), return [`Error::Poisoned`], and
+    /// [`Db::close`](crate::Db::close) returns this error; reopening recovers from what
+    /// is durable, which holds every write acknowledged before the panic.
+    Panicked {
+        /// Which thread: `"committer"` or `"GC"`.
+        thread: &'static str,
+        /// The panic's message.
+        message: String,
+    },
     /// The directory exists but does not hold a flexkv database; nothing was changed.
     NotADatabase {
         /// The directory.
@@ -101,6 +114,10 @@ impl Error {
             Error::NoSpace(m) => Error::NoSpace(m.clone()),
             Error::Poisoned => Error::Poisoned,
             Error::Closed => Error::Closed,
+            Error::Panicked { thread, message } => Error::Panicked {
+                thread,
+                message: message.clone(),
+            },
             Error::NotADatabase { path, reason } => Error::NotADatabase {
                 path: path.clone(),
                 reason: reason.clone(),
@@ -146,9 +163,15 @@ impl fmt::Display for Error {
             ),
             Error::NoSpace(msg) => write!(f, "no space: {msg}"),
             Error::Poisoned => f.write_str(
-                "an earlier write or sync failed; reopen to recover from what is durable",
+                "an earlier write or sync failed (or a background thread panicked); \
+                 reopen to recover from what is durable",
             ),
             Error::Closed => f.write_str("the database was closed; open it again"),
+            Error::Panicked { thread, message } => write!(
+                f,
+                "flexkv's {thread} thread panicked ({message}); reopen to recover from \
+                 what is durable"
+            ),
             Error::NotADatabase { path, reason } => write!(
                 f,
                 "{} is not a flexkv database ({reason}); nothing was changed",

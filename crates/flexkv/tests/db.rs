@@ -860,3 +860,164 @@ fn handles_are_send_and_sync() {
         .unwrap();
     assert_eq!(got, (Some(b"v".to_vec()), 1));
 }
+
+/// A file system that panics, once armed, when a keyspace's FlexSpace file is synced:
+/// a bug in the committer's path, planted.
+#[derive(Debug)]
+struct PanicVfs {
+    inner: Arc<dyn Vfs>,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[derive(Debug)]
+struct PanicFile {
+    inner: Arc<dyn flexkv::io::VfsFile>,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Vfs for PanicVfs {
+    fn open(&self, path: &Path, mode: OpenMode) -> flexkv::Result<Arc<dyn flexkv::io::VfsFile>> {
+        let inner = self.inner.open(path, mode)?;
+        Ok(Arc::new(PanicFile {
+            inner,
+            armed: Arc::clone(&self.armed),
+        }))
+    }
+    fn exists(&self, path: &Path) -> flexkv::Result<bool> {
+        self.inner.exists(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> flexkv::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> flexkv::Result<()> {
+        self.inner.remove(path)
+    }
+    fn list(&self, dir: &Path) -> flexkv::Result<Vec<String>> {
+        self.inner.list(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> flexkv::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> flexkv::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn lock(&self, path: &Path) -> flexkv::Result<flexkv::io::FileLock> {
+        self.inner.lock(path)
+    }
+}
+
+impl flexkv::io::VfsFile for PanicFile {
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> flexkv::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> flexkv::Result<()> {
+        self.inner.write_at(data, offset)
+    }
+    fn append(&self, data: &[u8]) -> flexkv::Result<u64> {
+        self.inner.append(data)
+    }
+    fn len(&self) -> flexkv::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> flexkv::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> flexkv::Result<()> {
+        self.inner.punch_hole(offset, len)
+    }
+    fn sync(&self) -> flexkv::Result<()> {
+        let name = self.path().file_name().and_then(|n| n.to_str());
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst)
+            && name.is_some_and(|n| n.starts_with("flexspace."))
+        {
+            panic!("planted: a sync of {}", self.path().display());
+        }
+        self.inner.sync()
+    }
+}
+
+/// A panic in the committer fails the database as an error does: writers waiting for
+/// room get `Poisoned` instead of waiting for ever, the store it may have left half
+/// edited refuses reads, `close` reports the panic and writes nothing more to that
+/// store, and a reopen finds every acknowledged write.
+#[test]
+fn a_panic_in_the_committer_poisons_the_database_and_loses_no_acknowledged_write() {
+    let vfs = FaultVfs::new(22);
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let db = Db::builder(DIR)
+        .vfs(Arc::new(PanicVfs {
+            inner: vfs.shared(),
+            armed: Arc::clone(&armed),
+        }))
+        .memtable_size(64 << 10)
+        .idle_commit(Duration::ZERO)
+        .open()
+        .unwrap();
+    for i in 0..1000 {
+        db.put(format!("k{i:05}").as_bytes(), b"committed").unwrap();
+    }
+    db.flush().unwrap();
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    // Buffered batches, far more than the memtables hold: the writer must come to
+    // wait for the committer, which has panicked by then.
+    let db = Arc::new(db);
+    let writer = Arc::clone(&db);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let ks = writer.default_keyspace();
+        let mut acked = 0u32;
+        let err = loop {
+            if acked >= 200_000 {
+                break None;
+            }
+            let mut b = WriteBatch::new();
+            b.durability(Durability::Buffered);
+            for i in acked..acked + 100 {
+                b.put(&ks, format!("n{i:06}").as_bytes(), &[7u8; 100])
+                    .unwrap();
+            }
+            match writer.write(b) {
+                Ok(_) => acked += 100,
+                Err(e) => break Some(e),
+            }
+        };
+        tx.send((acked, err)).unwrap();
+    });
+    let (acked, err) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the writer hung after the committer panicked");
+    handle.join().unwrap();
+    assert!(
+        matches!(err, Some(Error::Poisoned)),
+        "after {acked} pairs: {err:?}"
+    );
+    assert!(acked > 0, "the panic came before any write was refused");
+    assert!(matches!(db.get(b"k00000"), Err(Error::Poisoned)));
+    assert!(matches!(db.flush(), Err(Error::Poisoned)));
+    let db = Arc::into_inner(db).unwrap();
+    // Still armed: a close that synced the broken store would panic here.
+    match db.close() {
+        Err(Error::Panicked { thread, message }) => {
+            assert_eq!(thread, "committer");
+            assert!(message.contains("planted"), "{message}");
+        }
+        other => panic!("close after the panic: {other:?}"),
+    }
+    let db = open(&vfs);
+    for i in 0..1000 {
+        let key = format!("k{i:05}");
+        assert_eq!(db.get(key.as_bytes()).unwrap(), Some(b"committed".to_vec()));
+    }
+    for i in 0..acked {
+        let key = format!("n{i:06}");
+        assert_eq!(
+            db.get(key.as_bytes()).unwrap(),
+            Some(vec![7u8; 100]),
+            "{key}"
+        );
+    }
+    db.check().unwrap();
+}

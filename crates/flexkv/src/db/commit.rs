@@ -254,6 +254,25 @@ impl Inner {
         (!due.is_zero()).then_some(due)
     }
 
+    /// Runs a background thread's body. A panic in it fails the database as an error
+    /// would, rather than leaving writers waiting for a commit that never comes: every
+    /// sorted store is marked broken (the panic may have left one half edited, so its
+    /// reads are refused too), the database poisoned, and the panic kept for `close`.
+    pub(crate) fn background(&self, thread: &'static str, body: impl FnOnce()) {
+        let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) else {
+            return;
+        };
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|m| m.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        for store in self.stores.read().values() {
+            store.broken.store(true, Ordering::Release);
+        }
+        self.fail_commit(Error::Panicked { thread, message });
+    }
+
     pub(crate) fn fail_commit(&self, e: Error) {
         self.poisoned.store(true, Ordering::Release);
         *self.commit_error.lock() = Some(e);

@@ -363,14 +363,14 @@ impl Db {
         let worker = Arc::clone(&inner);
         let thread = std::thread::Builder::new()
             .name("flexkv-committer".into())
-            .spawn(move || worker.committer_loop())
+            .spawn(move || worker.background("committer", || worker.committer_loop()))
             .map_err(|e| Error::io("spawn the committer thread", path, e))?;
         *inner.committer.lock() = Some(thread);
         if inner.opts.gc.background {
             let worker = Arc::clone(&inner);
             let thread = std::thread::Builder::new()
                 .name("flexkv-gc".into())
-                .spawn(move || worker.gc_loop())
+                .spawn(move || worker.background("GC", || worker.gc_loop()))
                 .map_err(|e| Error::io("spawn the GC thread", path, e))?;
             *inner.gc.thread.lock() = Some(thread);
         }

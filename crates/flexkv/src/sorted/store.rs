@@ -576,6 +576,9 @@ impl SortedStore {
 
     /// Syncs and closes the space (checkpointing it, so the next open replays nothing).
     pub(crate) fn close(self) -> Result<()> {
+        // A store an error or a panic left half edited checkpoints nothing: what the
+        // next open recovers is what was durable.
+        self.usable()?;
         self.state.into_inner().space.close()
     }
 }

@@ -31,17 +31,22 @@ impl FlexSpace {
 
     /// Runs `f`, poisoning the space if it fails after changing anything (an I/O error,
     /// or any error once it has recorded part of a change: the index is then ahead of a
-    /// half-done operation, which must never reach the disk).
+    /// half-done operation, which must never reach the disk), or if it panics.
     fn guarded<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         self.writable()?;
         let recorded = self.log.pending();
+        // Poisoned while `f` runs, so a panic leaves the space poisoned, and a poisoned
+        // space writes nothing more, not even when dropped. (Nothing `f` calls looks at
+        // the flag.)
+        self.poisoned = true;
         let r = f(self);
-        if let Err(e) = &r {
-            let io = matches!(e, Error::Io { .. } | Error::Corruption { .. });
-            if io || self.log.pending() != recorded {
-                self.poisoned = true;
+        self.poisoned = match &r {
+            Ok(_) => false,
+            Err(e) => {
+                matches!(e, Error::Io { .. } | Error::Corruption { .. })
+                    || self.log.pending() != recorded
             }
-        }
+        };
         self.refresh_stats();
         r
     }
