@@ -376,6 +376,39 @@ impl TreeFile {
         let seq = self.seq + 1;
         tree.take_freed();
         let durable = std::mem::take(&mut self.durable);
+        match self.write_pages(seq, tree, table, &durable) {
+            Ok((page_of, chunk_page, directory, pages)) => {
+                self.finish_checkpoint(seq, tree, &page_of, &chunk_page, directory, pages)
+                    .inspect_err(|_| self.durable = durable)?;
+                self.page_of = page_of;
+                self.chunk_page = chunk_page;
+                self.pages = pages;
+                self.seq = seq;
+                tree.clear_dirty();
+                table.clear_dirty();
+                Ok(seq)
+            }
+            Err(e) => {
+                self.durable = durable;
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes every page a checkpoint changes (dirty nodes and the nodes above them,
+    /// dirty checksum chunks, the directory) to pages the last durable checkpoint does
+    /// not use, as they are encoded: runs of consecutive pages go in one write of at
+    /// most [`RUN`] bytes, so the memory a checkpoint takes does not grow with the tree.
+    /// Returns the new page of every node and chunk, the directory's pages, and the
+    /// file's page count.
+    #[allow(clippy::type_complexity)]
+    fn write_pages(
+        &mut self,
+        seq: u64,
+        tree: &FlexTree,
+        table: &CrcTable,
+        durable: &BTreeSet<u64>,
+    ) -> Result<(HashMap<NodeId, u64>, Vec<u64>, Vec<u64>, u64)> {
         let mut free = (2..self.pages).filter(|p| !durable.contains(p));
         let mut fresh = self.pages;
         let mut next_page = || {
@@ -384,9 +417,14 @@ impl TreeFile {
                 fresh - 1
             })
         };
+        let mut out = PageWriter {
+            file: &*self.file,
+            run: Vec::new(),
+            first: 0,
+            written: 0,
+        };
         let mut new_page_of = HashMap::new();
         let mut rewritten = BTreeSet::new();
-        let mut writes = Vec::new();
         for id in tree.post_order() {
             let old = self.page_of.get(&id).copied();
             let child_moved = tree.children_of(id).iter().any(|c| rewritten.contains(c));
@@ -395,7 +433,7 @@ impl TreeFile {
                 _ => {
                     let page = next_page();
                     let image = tree.image(id, |c| new_page_of[&c]);
-                    writes.push((page, encode_node(&image, seq)));
+                    out.put(page, &encode_node(&image, seq))?;
                     rewritten.insert(id);
                     page
                 }
@@ -412,58 +450,36 @@ impl TreeFile {
                     .iter()
                     .map(|s| u64::from(s.fill) | (u64::from(s.crc) << 32))
                     .collect();
-                writes.push((*page, encode_words(CHUNK_KIND, &words, seq)));
+                out.put(*page, &encode_words(CHUNK_KIND, &words, seq))?;
             }
         }
-        let mut directory = Vec::new();
-        for refs in chunk_page.chunks(PER_DIRECTORY) {
-            let page = next_page();
-            writes.push((page, encode_words(DIRECTORY_KIND, refs, seq)));
-            directory.push(page);
-        }
-        if directory.len() > MAX_DIRECTORY {
-            self.durable = durable;
+        let refs = chunk_page.chunks(PER_DIRECTORY);
+        if refs.len() > MAX_DIRECTORY {
             return Err(crate::Error::NoSpace(
                 "the data-checksum directory outgrew the tree file header".into(),
             ));
         }
-        let result = self.write_checkpoint(
-            seq,
-            &writes,
-            tree,
-            &new_page_of,
-            &chunk_page,
-            directory,
-            fresh,
-        );
-        if result.is_err() {
-            self.durable = durable;
-            return result.map(|_| seq);
+        let mut directory = Vec::new();
+        for refs in refs {
+            let page = next_page();
+            out.put(page, &encode_words(DIRECTORY_KIND, refs, seq))?;
+            directory.push(page);
         }
-        self.page_of = new_page_of;
-        self.chunk_page = chunk_page;
-        self.pages = fresh;
-        self.seq = seq;
-        tree.clear_dirty();
-        table.clear_dirty();
-        Ok(seq)
+        out.flush()?;
+        self.bytes_written += out.written;
+        Ok((new_page_of, chunk_page, directory, fresh))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn write_checkpoint(
+    /// Makes the pages written durable, then the header that points at them.
+    fn finish_checkpoint(
         &mut self,
         seq: u64,
-        writes: &[(u64, Vec<u8>)],
         tree: &FlexTree,
         page_of: &HashMap<NodeId, u64>,
         chunk_page: &[u64],
         directory: Vec<u64>,
         pages: u64,
     ) -> Result<()> {
-        for (page, bytes) in writes {
-            self.file.write_at(bytes, page * PAGE as u64)?;
-            self.bytes_written += PAGE as u64;
-        }
         let mut new_durable: BTreeSet<u64> = page_of.values().copied().collect();
         new_durable.extend(chunk_page.iter().copied());
         new_durable.extend(directory.iter().copied());
@@ -484,6 +500,43 @@ impl TreeFile {
         self.file.sync()?;
         self.bytes_written += PAGE as u64;
         self.durable = new_durable;
+        Ok(())
+    }
+}
+
+/// The most bytes of consecutive pages a checkpoint gathers into one write.
+const RUN: usize = 1 << 20;
+
+/// A checkpoint's page writes: consecutive pages gathered into runs of up to [`RUN`]
+/// bytes, each run written once it ends.
+struct PageWriter<'f> {
+    file: &'f dyn VfsFile,
+    run: Vec<u8>,
+    /// The page the run starts at.
+    first: u64,
+    /// Bytes written so far.
+    written: u64,
+}
+
+impl PageWriter<'_> {
+    fn put(&mut self, page: u64, bytes: &[u8]) -> Result<()> {
+        let next = self.first + (self.run.len() / PAGE) as u64;
+        if !self.run.is_empty() && (page != next || self.run.len() >= RUN) {
+            self.flush()?;
+        }
+        if self.run.is_empty() {
+            self.first = page;
+        }
+        self.run.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if !self.run.is_empty() {
+            self.file.write_at(&self.run, self.first * PAGE as u64)?;
+            self.written += self.run.len() as u64;
+            self.run.clear();
+        }
         Ok(())
     }
 }
@@ -596,7 +649,8 @@ mod tests {
     #[test]
     fn a_crash_between_node_writes_and_header_keeps_the_previous_tree() {
         // The same deterministic workload, twice: once to count the checkpoint's
-        // operations (k page writes, sync, header, sync), once to fail its first sync.
+        // operations (k writes of runs of pages, sync, header, sync), once to fail its
+        // first sync.
         let setup = || {
             let vfs = FaultVfs::new(4);
             let (mut tf, mut t) = open(&vfs);
@@ -607,10 +661,14 @@ mod tests {
             (vfs, tf, t, saved)
         };
         let (vfs, mut tf, mut t, _) = setup();
-        let before = vfs.op_count();
+        let (before, bytes) = (vfs.op_count(), tf.bytes_written);
         ck(&mut tf, &mut t).unwrap();
         let page_writes = vfs.op_count() - before - 3;
-        assert!(page_writes > 3);
+        assert!(page_writes >= 1);
+        assert!(
+            tf.bytes_written - bytes > 4 * PAGE as u64,
+            "several pages, header aside"
+        );
         for mode in CrashMode::CONCRETE {
             let (vfs, mut tf, mut t, saved) = setup();
             vfs.fail_after(page_writes + 1);
@@ -619,6 +677,44 @@ mod tests {
             let (_, back) = open(&vfs);
             assert_eq!(extents(&back), saved, "{mode:?}");
         }
+    }
+
+    #[test]
+    fn consecutive_pages_go_in_one_write_up_to_a_run() {
+        let vfs = FaultVfs::new(6);
+        let (tf, _) = open(&vfs);
+        let page = |b: u8| vec![b; PAGE];
+        let before = vfs.op_count();
+        let mut out = PageWriter {
+            file: &*tf.file,
+            run: Vec::new(),
+            first: 0,
+            written: 0,
+        };
+        // 5, 6, 7 are one run; 9 is another; then a full run from 11, and one page more.
+        for (p, b) in [(5, 1), (6, 2), (7, 3), (9, 4)] {
+            out.put(p, &page(b)).unwrap();
+        }
+        let per_run = (RUN / PAGE) as u64;
+        for p in 11..11 + per_run + 1 {
+            out.put(p, &page(p as u8)).unwrap();
+        }
+        out.flush().unwrap();
+        assert_eq!(
+            vfs.op_count() - before,
+            4,
+            "writes: 5-7, 9, a full run, the rest"
+        );
+        assert_eq!(out.written, (4 + per_run + 1) * PAGE as u64);
+        let bytes = vfs.contents(&path()).unwrap();
+        let at = |p: usize| bytes[p * PAGE..(p + 1) * PAGE].to_vec();
+        assert_eq!(at(5), page(1));
+        assert_eq!(at(7), page(3));
+        assert_eq!(at(8), vec![0; PAGE], "a page not written stays as it was");
+        assert_eq!(at(9), page(4));
+        assert_eq!(at(10), vec![0; PAGE]);
+        let last = 11 + per_run as usize;
+        assert_eq!(at(last), page(last as u8));
     }
 
     #[test]
