@@ -294,6 +294,7 @@ fn run(cli: &Cli) -> CliResult {
                 ("index_bytes", s.index_bytes.into()),
                 ("space_live_bytes", s.space_live_bytes.into()),
                 ("space_extents", s.space_extents.into()),
+                ("space_tree_memory_bytes", s.space_tree_memory_bytes.into()),
                 ("keyspaces", db.keyspaces().len().into()),
             ];
             print_fields(out, fields, cli.json)?;

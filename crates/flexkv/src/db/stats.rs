@@ -69,6 +69,9 @@ pub struct Stats {
     pub space_live_bytes: u64,
     /// Extents the keyspaces' FlexSpaces map (an interval read takes one read per extent).
     pub space_extents: u64,
+    /// Bytes of memory the keyspaces' FlexTrees take (the extent maps, held whole in
+    /// memory: about 24 bytes an extent, and the room their nodes keep free).
+    pub space_tree_memory_bytes: u64,
     /// The longest time the committer held a keyspace's write lock, and the 99th
     /// percentile (to a power of two), in microseconds.
     pub lock_hold_max_micros: u64,
@@ -183,6 +186,7 @@ impl Inner {
             space_log_bytes: shapes.iter().map(|s| s.3.log_bytes_written).sum(),
             space_live_bytes: shapes.iter().map(|s| s.3.live_bytes).sum(),
             space_extents: shapes.iter().map(|s| s.3.extents).sum(),
+            space_tree_memory_bytes: shapes.iter().map(|s| s.3.tree_memory_bytes).sum(),
             lock_hold_max_micros: max_hold,
             lock_hold_p99_micros: p99_hold,
             vlog_live_bytes: usage.values().map(|u| u.live().min(u.total)).sum(),

@@ -99,6 +99,29 @@ pub(crate) enum Node {
 }
 
 impl FlexTree {
+    /// Bytes of memory the tree holds: its nodes' allocations (what their vectors have
+    /// room for, not only what they hold) and its per-node tables.
+    pub fn memory_bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let nodes: usize = self
+            .nodes
+            .iter()
+            .map(|n| match n {
+                Node::Leaf(l) => l.entries.capacity() * size_of::<LeafEntry>(),
+                Node::Internal(i) => {
+                    i.pivots.capacity() * size_of::<u64>()
+                        + i.children.capacity() * size_of::<NodeId>()
+                }
+                Node::Free => 0,
+            })
+            .sum();
+        let tables = self.nodes.capacity() * size_of::<Node>()
+            + self.dirty.capacity()
+            + self.next_leaf.capacity() * size_of::<NodeId>()
+            + (self.free.capacity() + self.freed.capacity()) * size_of::<NodeId>();
+        (nodes + tables) as u64
+    }
+
     pub(crate) fn alloc(&mut self, node: Node) -> NodeId {
         let id = match self.free.pop() {
             Some(id) => {

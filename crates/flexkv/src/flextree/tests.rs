@@ -326,6 +326,30 @@ fn many_inserts_and_collapses_grow_and_shrink_the_tree() {
 }
 
 #[test]
+fn memory_counts_every_extent_and_the_room_nodes_keep() {
+    let mut t = FlexTree::new();
+    let empty = t.memory_bytes();
+    // Scattered inserts of extents that never merge (their addresses are far apart);
+    // one landing inside an extent splits it.
+    for i in 0..20_000u64 {
+        t.insert((i * 7919) % (t.len() + 1), 3, i * 1000).unwrap();
+    }
+    let n = t.extent_count();
+    assert!(n >= 20_000);
+    let entry = std::mem::size_of::<LeafEntry>() as u64;
+    let full = t.memory_bytes();
+    assert!(full >= empty + n * entry, "{full} bytes for {n} extents");
+    // Leaves split half full and grow by doubling: at most about twice the entries,
+    // plus the internal nodes and the tables (a few bytes a leaf).
+    assert!(full <= 3 * n * entry, "{full} bytes for {n} extents");
+    t.collapse(0, t.len()).unwrap();
+    assert!(
+        t.memory_bytes() < full / 2,
+        "freed nodes' room is not counted"
+    );
+}
+
+#[test]
 fn collapse_of_everything_at_once_leaves_an_empty_tree() {
     let mut t = FlexTree::with_options(caps(4, 6)).unwrap();
     for i in 0..200 {

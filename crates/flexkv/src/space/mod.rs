@@ -142,6 +142,8 @@ pub struct SpaceStats {
     pub free_segments: u64,
     /// Extents in the FlexTree.
     pub extents: u64,
+    /// Bytes of memory the FlexTree takes (counted when [`FlexSpace::stats`] is called).
+    pub tree_memory_bytes: u64,
     /// Garbage-collection passes, bytes they moved, and segments they freed.
     pub gc_passes: u64,
     /// Bytes relocated by garbage collection.
@@ -458,7 +460,10 @@ impl FlexSpace {
 
     /// The counters.
     pub fn stats(&self) -> SpaceStats {
-        self.stats
+        SpaceStats {
+            tree_memory_bytes: self.tree.memory_bytes(),
+            ..self.stats
+        }
     }
 
     /// Checks the in-memory invariants (for tests): the index's, and that the segment
