@@ -157,6 +157,67 @@ fn the_background_thread_collects_on_its_own() {
     db.check().unwrap();
 }
 
+/// A panic in the background GC thread (planted through the step hook) poisons the
+/// database rather than dying unseen: writes are refused, `close` names the thread and
+/// the panic, and a reopen has every acknowledged write.
+#[test]
+fn a_panic_in_the_gc_thread_poisons_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    let trigger = Arc::clone(&armed);
+    let hook = GcHook(Arc::new(move |step| {
+        if matches!(step, GcStep::Scanned(_)) && trigger.load(Ordering::SeqCst) {
+            panic!("planted in the GC step hook");
+        }
+    }));
+    let db = Db::builder(dir.path())
+        .vlog_segment_size(128 << 10)
+        .memtable_size(64 << 10)
+        .gc(GcOptions {
+            interval: std::time::Duration::from_millis(20),
+            hook: Some(hook),
+            ..GcOptions::default()
+        })
+        .open()
+        .unwrap();
+    for round in 0..8 {
+        for k in 0..50 {
+            db.put(&key(k), &value(k, round, 5000)).unwrap();
+        }
+    }
+    db.flush().unwrap();
+    // The next background pass finds the garbage, scans a segment and panics.
+    armed.store(true, Ordering::SeqCst);
+    let t0 = std::time::Instant::now();
+    let mut probes = 0;
+    while db.put(b"probe", b"x").is_ok() {
+        probes += 1;
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "the GC thread's panic never reached the writers"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(matches!(
+        db.put(b"probe", b"x"),
+        Err(flexkv::Error::Poisoned)
+    ));
+    match db.close() {
+        Err(flexkv::Error::Panicked { thread, message }) => {
+            assert_eq!(thread, "GC");
+            assert!(message.contains("planted"), "{message}");
+        }
+        other => panic!("close after the panic: {other:?}"),
+    }
+    let db = Db::open(dir.path()).unwrap();
+    for k in 0..50 {
+        assert_eq!(db.get(&key(k)).unwrap(), Some(value(k, 7, 5000)));
+    }
+    let probe = (probes > 0).then(|| b"x".to_vec());
+    assert_eq!(db.get(b"probe").unwrap(), probe);
+    db.check().unwrap();
+}
+
 #[test]
 fn history_for_a_snapshot_is_kept_until_it_goes_then_reclaimed() {
     let dir = tempfile::tempdir().unwrap();
