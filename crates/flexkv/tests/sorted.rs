@@ -269,6 +269,69 @@ fn a_commit_leaves_the_intervals_readers_use_in_a_full_cache() {
     db.check().unwrap();
 }
 
+/// A commit fills a cache's spare room with the intervals it changed only when the
+/// whole keyspace fits in the cache: then readers find everything cached after a load.
+/// Otherwise the cache keeps, of what it holds, only the intervals readers used, and
+/// a load that outgrew it leaves it empty for what readers ask for.
+#[test]
+fn a_commit_fills_the_cache_only_if_the_whole_keyspace_fits() {
+    const N: u32 = 4_000;
+    let write = |db: &Db, round: u32| {
+        let ks = db.default_keyspace();
+        let mut b = flexkv::WriteBatch::new();
+        for i in 0..N {
+            b.put(&ks, &key(i), &val(i, round)).unwrap();
+        }
+        db.write(b).unwrap();
+        db.flush().unwrap();
+    };
+    let open = |cache: usize| {
+        Db::builder(DIR)
+            .vfs(FaultVfs::new(6).shared())
+            .cache_bytes(cache)
+            .idle_commit(std::time::Duration::ZERO)
+            .open()
+            .unwrap()
+    };
+    // The records take about 380 KB: they fit in 4 MiB, not in 256 KiB.
+    let db = open(4 << 20);
+    write(&db, 0);
+    write(&db, 1);
+    let s = db.stats();
+    for i in 0..N {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(val(i, 1)));
+    }
+    assert_eq!(db.stats().cache_misses, s.cache_misses, "every read hit");
+
+    let db = open(256 << 10);
+    write(&db, 0);
+    // Keys readers use, twice (an interval goes in on its first miss while there is
+    // room, and is marked used on its next read).
+    let hot = [17, 1_500, 3_900];
+    for _ in 0..2 {
+        for i in hot {
+            assert_eq!(db.get(&key(i)).unwrap(), Some(val(i, 0)));
+        }
+    }
+    write(&db, 1);
+    // What the first load put in while there was room, and no reader used, is gone;
+    // the readers' intervals stay.
+    let s = db.stats();
+    assert!(s.cache_bytes > 0 && s.cache_bytes < 16 << 10, "{s:?}");
+    for i in hot {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(val(i, 1)));
+    }
+    assert_eq!(
+        db.stats().cache_misses,
+        s.cache_misses,
+        "the readers' intervals stay"
+    );
+    for i in 0..N {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(val(i, 1)));
+    }
+    db.check().unwrap();
+}
+
 /// Recovery rebuilds the index from the interval heads, every head or sampled, and
 /// both give the same contents; writes after it split the merged intervals again.
 #[test]

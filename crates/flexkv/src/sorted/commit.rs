@@ -3,7 +3,7 @@
 //! most [`SLICE`] keys, each worked out under an upgradable read lock and applied in
 //! short write sections (see [`SortedStore::commit`]); writing history for snapshots
 //! (SkimpyFTL); splitting and merging intervals; keeping the head tags and the cache
-//! in step (write-through for the intervals the cache holds or has room for).
+//! in step (write-through for the intervals [`IntervalCache::wants`](super::cache::IntervalCache::wants)).
 //!
 //! A version is applied only if it is newer than the record it replaces, so replaying a
 //! memtable that was partly committed before a crash changes nothing twice.
@@ -236,7 +236,7 @@ impl SortedStore {
     ) -> Result<Vec<Arc<Loaded>>> {
         let mut olds: Vec<Option<Arc<Loaded>>> = groups
             .iter()
-            .map(|(iv, _)| self.cache.get(&iv.key))
+            .map(|(iv, _)| self.cache.peek(&iv.key))
             .collect();
         let missing: Vec<usize> = (0..groups.len()).filter(|&g| olds[g].is_none()).collect();
         let c = &self.counters;
@@ -544,8 +544,8 @@ impl SortedStore {
     }
 
     /// After an interval changed: removes it if empty, tags its head, splits it if too
-    /// big, merges it with the next if both are small, and caches what results if the
-    /// cache held the interval or has room to spare ([`IntervalCache::wants`]).
+    /// big, merges it with the next if both are small, and caches what results if
+    /// [`IntervalCache::wants`](super::cache::IntervalCache::wants) it.
     fn settle(
         &self,
         st: &mut State,
@@ -584,7 +584,10 @@ impl SortedStore {
         if st.space.tag(iv.offset) != Some(HEAD) {
             st.space.set_tag(iv.offset, HEAD)?;
         }
-        let cached = self.cache.wants(&iv.key, new.footprint());
+        let fits = self
+            .cache
+            .would_hold(st.space.len(), st.index.len(), self.split_pairs);
+        let cached = self.cache.wants(&iv.key, new.footprint(), fits);
         if new.len() > self.split_pairs || (new.size() > SPLIT_BYTES && new.len() > 1) {
             return self.split(st, iv, new, appended, cached);
         }

@@ -18,6 +18,11 @@ const PER_RECORD: usize = std::mem::size_of::<Span>() + 2;
 /// Bytes of bookkeeping per interval: the struct and its reference counts.
 const PER_INTERVAL: usize = std::mem::size_of::<Loaded>() + 16;
 
+/// The bytes an interval of `records` records costs the cache beyond its records.
+pub(crate) fn overhead(records: usize) -> usize {
+    PER_INTERVAL + PER_RECORD * records
+}
+
 /// Fingerprints and spans held in the interval's own allocation: an interval splits
 /// past 16 records, so most need no other.
 const INLINE_RECORDS: usize = 16;
@@ -64,6 +69,11 @@ impl Referenced {
         if !self.0.load(Relaxed) {
             self.0.store(true, Relaxed);
         }
+    }
+
+    /// Whether the bit is set (leaving it as it is).
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Clears the bit, returning whether it was set.
@@ -270,7 +280,7 @@ impl Loaded {
 
     /// Bytes of memory this interval takes, for the cache's budget.
     pub(crate) fn footprint(&self) -> usize {
-        PER_INTERVAL + self.bytes.len() + PER_RECORD * self.spans.len()
+        overhead(self.spans.len()) + self.bytes.len()
     }
 }
 
