@@ -121,14 +121,16 @@ fn overwrites_with_4k_values_end_under_1_5x_once_gc_has_run_and_disk_usage_falls
     db.check().unwrap();
 }
 
-#[test]
-fn the_background_thread_collects_on_its_own() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::builder(dir.path())
+/// A database whose background GC looks every 20 ms, holding 50 keys written eight
+/// times over with 5,000-byte values (seven eighths of the value log garbage),
+/// committed.
+fn garbage_for_the_background(dir: &Path, hook: Option<GcHook>) -> Db {
+    let db = Db::builder(dir)
         .vlog_segment_size(128 << 10)
         .memtable_size(64 << 10)
         .gc(GcOptions {
             interval: std::time::Duration::from_millis(20),
+            hook,
             ..GcOptions::default()
         })
         .open()
@@ -139,6 +141,13 @@ fn the_background_thread_collects_on_its_own() {
         }
     }
     db.flush().unwrap();
+    db
+}
+
+#[test]
+fn the_background_thread_collects_on_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = garbage_for_the_background(dir.path(), None);
     let t0 = std::time::Instant::now();
     loop {
         let s = db.stats();
@@ -170,22 +179,7 @@ fn a_panic_in_the_gc_thread_poisons_the_database() {
             panic!("planted in the GC step hook");
         }
     }));
-    let db = Db::builder(dir.path())
-        .vlog_segment_size(128 << 10)
-        .memtable_size(64 << 10)
-        .gc(GcOptions {
-            interval: std::time::Duration::from_millis(20),
-            hook: Some(hook),
-            ..GcOptions::default()
-        })
-        .open()
-        .unwrap();
-    for round in 0..8 {
-        for k in 0..50 {
-            db.put(&key(k), &value(k, round, 5000)).unwrap();
-        }
-    }
-    db.flush().unwrap();
+    let db = garbage_for_the_background(dir.path(), Some(hook));
     // The next background pass finds the garbage, scans a segment and panics.
     armed.store(true, Ordering::SeqCst);
     let t0 = std::time::Instant::now();
