@@ -994,7 +994,7 @@ fn a_panic_in_the_committer_poisons_the_database_and_loses_no_acknowledged_write
         matches!(err, Some(Error::Poisoned)),
         "after {acked} pairs: {err:?}"
     );
-    assert!(acked > 0, "the panic came before any write was refused");
+    assert!(acked > 0, "no write was acknowledged before the refusal");
     assert!(matches!(db.get(b"k00000"), Err(Error::Poisoned)));
     assert!(matches!(db.flush(), Err(Error::Poisoned)));
     let db = Arc::into_inner(db).unwrap();

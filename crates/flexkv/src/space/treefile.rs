@@ -409,6 +409,12 @@ impl TreeFile {
         table: &CrcTable,
         durable: &BTreeSet<u64>,
     ) -> Result<(HashMap<NodeId, u64>, Vec<u64>, Vec<u64>, u64)> {
+        // Refused before anything is written.
+        if table.chunks().div_ceil(PER_DIRECTORY) > MAX_DIRECTORY {
+            return Err(crate::Error::NoSpace(
+                "the data-checksum directory outgrew the tree file header".into(),
+            ));
+        }
         let mut free = (2..self.pages).filter(|p| !durable.contains(p));
         let mut fresh = self.pages;
         let mut next_page = || {
@@ -421,7 +427,7 @@ impl TreeFile {
             file: &*self.file,
             run: Vec::new(),
             first: 0,
-            written: 0,
+            written: &mut self.bytes_written,
         };
         let mut new_page_of = HashMap::new();
         let mut rewritten = BTreeSet::new();
@@ -453,20 +459,13 @@ impl TreeFile {
                 out.put(*page, &encode_words(CHUNK_KIND, &words, seq))?;
             }
         }
-        let refs = chunk_page.chunks(PER_DIRECTORY);
-        if refs.len() > MAX_DIRECTORY {
-            return Err(crate::Error::NoSpace(
-                "the data-checksum directory outgrew the tree file header".into(),
-            ));
-        }
         let mut directory = Vec::new();
-        for refs in refs {
+        for refs in chunk_page.chunks(PER_DIRECTORY) {
             let page = next_page();
             out.put(page, &encode_words(DIRECTORY_KIND, refs, seq))?;
             directory.push(page);
         }
         out.flush()?;
-        self.bytes_written += out.written;
         Ok((new_page_of, chunk_page, directory, fresh))
     }
 
@@ -514,8 +513,9 @@ struct PageWriter<'f> {
     run: Vec<u8>,
     /// The page the run starts at.
     first: u64,
-    /// Bytes written so far.
-    written: u64,
+    /// The tree file's count of bytes written, kept up to date run by run (so a
+    /// checkpoint that fails part way still counts what it wrote).
+    written: &'f mut u64,
 }
 
 impl PageWriter<'_> {
@@ -534,7 +534,7 @@ impl PageWriter<'_> {
     fn flush(&mut self) -> Result<()> {
         if !self.run.is_empty() {
             self.file.write_at(&self.run, self.first * PAGE as u64)?;
-            self.written += self.run.len() as u64;
+            *self.written += self.run.len() as u64;
             self.run.clear();
         }
         Ok(())
@@ -685,11 +685,12 @@ mod tests {
         let (tf, _) = open(&vfs);
         let page = |b: u8| vec![b; PAGE];
         let before = vfs.op_count();
+        let mut written = 0;
         let mut out = PageWriter {
             file: &*tf.file,
             run: Vec::new(),
             first: 0,
-            written: 0,
+            written: &mut written,
         };
         // 5, 6, 7 are one run; 9 is another; then a full run from 11, and one page more.
         for (p, b) in [(5, 1), (6, 2), (7, 3), (9, 4)] {
@@ -705,7 +706,8 @@ mod tests {
             4,
             "writes: 5-7, 9, a full run, the rest"
         );
-        assert_eq!(out.written, (4 + per_run + 1) * PAGE as u64);
+        drop(out);
+        assert_eq!(written, (4 + per_run + 1) * PAGE as u64);
         let bytes = vfs.contents(&path()).unwrap();
         let at = |p: usize| bytes[p * PAGE..(p + 1) * PAGE].to_vec();
         assert_eq!(at(5), page(1));
