@@ -13,6 +13,13 @@
 //! Every commit writes whole new blocks (never rewrites one that a sync already covered),
 //! so a crash can only tear the blocks being written. Reading stops at the first block
 //! whose checksum or number is wrong: a torn tail reads as the end of the log.
+//!
+//! A commit is all or nothing: every block of a commit but its last carries
+//! [`CONTINUED`], and a commit whose last block is not read is dropped whole. A
+//! commit is what one `FlexSpace::sync` makes durable, and its callers build changes
+//! of several operations (the sorted keyspace's interval edits) that only a whole
+//! commit keeps consistent; a prefix torn at a block boundary could otherwise keep a
+//! collapse without the insert that followed it, or half of one insert.
 
 use crate::io::VfsFile;
 use crate::le::{get_u32 as get32, get_u64 as get, put_u64 as put};
@@ -20,10 +27,14 @@ use crate::{Error, Result};
 
 pub(crate) const BLOCK: usize = 4096;
 const MAGIC: &[u8; 8] = b"FLXSLOG1";
-const VERSION: u32 = 1;
+/// Version 2 added [`CONTINUED`]; a version-1 log (no block carries it) reads as before,
+/// every block a commit of its own.
+const VERSION: u32 = 2;
 pub(crate) const ENTRY_SIZE: usize = 40;
 const BLOCK_HEAD: usize = 16;
 pub(crate) const ENTRIES_PER_BLOCK: usize = (BLOCK - BLOCK_HEAD) / ENTRY_SIZE;
+/// The bit of a block's entry count that says the block's commit goes on in the next.
+const CONTINUED: u32 = 1 << 31;
 
 /// One logged change to the FlexTree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,8 +130,8 @@ fn header(epoch: u64) -> Vec<u8> {
 }
 
 /// What a log holds: the epoch it applies to (`None` if it has no valid header, which a
-/// crash during a reset can leave), its entries up to the first bad block, and the
-/// number of the first block after them.
+/// crash during a reset can leave), the entries of its whole commits up to the first bad
+/// block, and the number of the first block after them.
 #[derive(Debug)]
 pub(crate) struct LogContents {
     pub epoch: Option<u64>,
@@ -129,7 +140,7 @@ pub(crate) struct LogContents {
 }
 
 /// Reads a whole log. A header from a newer format version is an error (nothing is
-/// changed); a bad block ends the log.
+/// changed); a bad block ends the log, and drops the commit it is part of.
 pub(crate) fn read(file: &dyn VfsFile) -> Result<LogContents> {
     let len = file.len()?;
     let empty = LogContents {
@@ -155,11 +166,14 @@ pub(crate) fn read(file: &dyn VfsFile) -> Result<LogContents> {
     }
     let epoch = get(&h, 16);
     let mut ops = Vec::new();
+    // Where the last whole commit read so far ends: its entries and its next block.
+    let (mut whole, mut next_block) = (0, 1u64);
     let mut block = vec![0u8; BLOCK];
     let mut n = 1u64;
     while (n + 1) * BLOCK as u64 <= len {
         file.read_exact_at(&mut block, n * BLOCK as u64)?;
-        let count = get32(&block, 4) as usize;
+        let word = get32(&block, 4);
+        let count = (word & !CONTINUED) as usize;
         let valid = crc32c::crc32c(&block[4..]) == get32(&block, 0)
             && get(&block, 8) == n
             && count <= ENTRIES_PER_BLOCK;
@@ -178,11 +192,16 @@ pub(crate) fn read(file: &dyn VfsFile) -> Result<LogContents> {
             ops.push(op);
         }
         n += 1;
+        if word & CONTINUED == 0 {
+            (whole, next_block) = (ops.len(), n);
+        }
     }
+    // A commit whose last block was not read (torn, or never written) is dropped whole.
+    ops.truncate(whole);
     Ok(LogContents {
         epoch: Some(epoch),
         ops,
-        next_block: n,
+        next_block,
     })
 }
 
@@ -231,11 +250,12 @@ impl LogWriter {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let blocks = self.pending.chunks(ENTRIES_PER_BLOCK);
-        let mut buf = vec![0u8; blocks.len() * BLOCK];
+        let blocks = self.pending.chunks(ENTRIES_PER_BLOCK).len();
+        let mut buf = vec![0u8; blocks * BLOCK];
         for (i, chunk) in self.pending.chunks(ENTRIES_PER_BLOCK).enumerate() {
             let block = &mut buf[i * BLOCK..(i + 1) * BLOCK];
-            block[4..8].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
+            let more = if i + 1 < blocks { CONTINUED } else { 0 };
+            block[4..8].copy_from_slice(&(chunk.len() as u32 | more).to_le_bytes());
             put(block, 8, self.next_block + i as u64);
             for (j, op) in chunk.iter().enumerate() {
                 let at = BLOCK_HEAD + j * ENTRY_SIZE;
@@ -366,23 +386,35 @@ mod tests {
             vfs.crash(CrashMode::TearLastWrite);
             let f = vfs.open(Path::new("/s/log"), OpenMode::Existing).unwrap();
             let back = read(&*f).unwrap();
+            // The second commit (three blocks) is kept whole or not at all.
             assert!(
-                back.ops.len() >= 150 && back.ops.len() <= 400,
-                "{}",
+                back.ops == all || back.ops == all[..150],
+                "seed {seed}: {} entries read",
                 back.ops.len()
             );
-            assert_eq!(back.ops[..], all[..back.ops.len()], "a prefix, seed {seed}");
+            // Blocks 1–2 hold the first commit, 3–5 the second.
+            let next = if back.ops == all { 6 } else { 3 };
+            assert_eq!(back.next_block, next, "seed {seed}");
             assert!(f.len().unwrap() <= buf_len);
         }
-        // A flipped byte in the middle block ends the log there.
+        // A flipped byte in a commit's middle block drops the commit, though its
+        // first block is sound; the commit before it stays.
         let (vfs, f, mut w) = fresh_log(9, 1);
-        ops(300).into_iter().for_each(|op| w.push(op));
+        let all = ops(400);
+        all[..100].iter().for_each(|&op| w.push(op));
+        w.commit(&*f).unwrap();
+        all[100..].iter().for_each(|&op| w.push(op));
         w.commit(&*f).unwrap();
         let path = PathBuf::from("/s/log");
         let mut bytes = vfs.contents(&path).unwrap();
-        bytes[2 * BLOCK + 100] ^= 1;
+        bytes[3 * BLOCK + 100] ^= 1;
         vfs.set_contents(&path, bytes).unwrap();
-        assert_eq!(read(&*f).unwrap().ops, ops(300)[..ENTRIES_PER_BLOCK]);
+        let back = read(&*f).unwrap();
+        assert_eq!(back.ops, all[..100]);
+        assert_eq!(
+            back.next_block, 2,
+            "the next commit goes where the dropped one began"
+        );
     }
 
     #[test]
@@ -408,7 +440,7 @@ mod tests {
         let vfs = FaultVfs::new(5);
         let f = open(&vfs);
         let mut h = header(1);
-        h[8..12].copy_from_slice(&2u32.to_le_bytes());
+        h[8..12].copy_from_slice(&(VERSION + 1).to_le_bytes());
         let crc = crc32c::crc32c(&h[..24]);
         h[24..28].copy_from_slice(&crc.to_le_bytes());
         f.write_at(&h, 0).unwrap();
@@ -416,5 +448,29 @@ mod tests {
             read(&*f),
             Err(Error::Corruption { offset: 8, .. })
         ));
+    }
+
+    #[test]
+    fn a_version_1_log_reads_every_block_as_a_commit() {
+        let (vfs, f, mut w) = fresh_log(6, 4);
+        // Commits of one block each carry no continuation bit, as version 1 wrote them.
+        let all = ops(300);
+        for chunk in all.chunks(ENTRIES_PER_BLOCK) {
+            chunk.iter().for_each(|&op| w.push(op));
+            w.commit(&*f).unwrap();
+        }
+        let mut h = header(4);
+        h[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c::crc32c(&h[..24]);
+        h[24..28].copy_from_slice(&crc.to_le_bytes());
+        f.write_at(&h, 0).unwrap();
+        let back = read(&*f).unwrap();
+        assert_eq!((back.epoch, back.ops.len()), (Some(4), 300));
+        // A damaged third block keeps the two before it.
+        let path = PathBuf::from("/s/log");
+        let mut bytes = vfs.contents(&path).unwrap();
+        bytes[3 * BLOCK + 100] ^= 1;
+        vfs.set_contents(&path, bytes).unwrap();
+        assert_eq!(read(&*f).unwrap().ops, all[..2 * ENTRIES_PER_BLOCK]);
     }
 }

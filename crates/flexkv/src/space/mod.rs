@@ -246,6 +246,15 @@ impl FlexSpace {
             ));
         }
         if contents.epoch == Some(treefile.seq()) {
+            // Blocks past the last whole commit (a commit a crash tore, whose later
+            // blocks the disk may have written before an earlier one) go before anything
+            // is appended: the next commit reuses their numbers, and a stale block left
+            // after it would read as part of it.
+            let end = contents.next_block * log::BLOCK as u64;
+            if log_file.len()? > end {
+                log_file.set_len(end)?;
+                log_file.sync()?;
+            }
             for (i, op) in contents.ops.into_iter().enumerate() {
                 if let LogOp::BlockSum { block, fill, crc } = op {
                     table.set(block, BlockSum { fill, crc });
