@@ -486,6 +486,54 @@ fn blocks_left_by_a_dropped_commit_are_not_read_after_the_next_one() {
     assert_eq!(content(&s), m);
 }
 
+/// `replace` is a collapse and an insert made as one change: the GC pass that makes room
+/// for the insert runs before the collapse is recorded, so its sync cannot make the
+/// collapse durable alone. The sorted keyspace rewrites a fragmented interval this way;
+/// a crash after a GC sync between the two would lose the interval's unchanged records.
+#[test]
+fn a_replace_that_collects_garbage_first_keeps_both_halves_or_neither() {
+    let vfs = FaultVfs::new(11);
+    let mut s = open(&vfs, opts());
+    let mut m = Vec::new();
+    insert_blocks(&mut s, &mut m, 250, 3_000, 2);
+    // Collapses (which collect nothing) of two thirds of every block leave garbage in
+    // every segment, past half of the used space.
+    for i in 0..250 {
+        let at = i * 1_000;
+        s.collapse(at as u64, 2_000).unwrap();
+        m.drain(at..at + 2_000);
+    }
+    s.sync().unwrap();
+    let synced = m.clone();
+    assert!(matches!(
+        s.replace(m.len() as u64, 1, b"x"),
+        Err(Error::InvalidArgument(_))
+    ));
+    let passes = s.stats().gc_passes;
+    let new = bytes(7_000, 9);
+    s.replace(1_000, 5_000, &new).unwrap();
+    assert!(
+        s.stats().gc_passes > passes,
+        "the replace collected garbage (and synced) first"
+    );
+    m.splice(1_000..6_000, new);
+    assert_eq!(content(&s), m);
+    // A crash before the replace is synced keeps the state before it, whole.
+    vfs.fail_from(1);
+    drop(s);
+    vfs.crash(CrashMode::DropUnsynced);
+    let mut s = open(&vfs, opts());
+    assert_eq!(content(&s), synced, "the state before the replace");
+    // And once synced, the state after it.
+    s.replace(1_000, 5_000, &bytes(7_000, 9)).unwrap();
+    s.sync().unwrap();
+    drop(s);
+    vfs.crash(CrashMode::DropUnsynced);
+    let s = open(&vfs, opts());
+    s.check().unwrap();
+    assert_eq!(content(&s), m);
+}
+
 /// Regression (authors' code): GC relocations replayed at recovery, then a checkpoint,
 /// then another reopen: the relocations must survive.
 #[test]
@@ -586,6 +634,14 @@ fn a_size_limit_gives_no_space_and_changes_nothing() {
     };
     assert!(matches!(err, Error::NoSpace(_)), "{err}");
     assert_eq!(s.len(), written, "the refused insert changed nothing");
+    // At the limit, a replace counts the bytes its collapse frees: 10,000 bytes over
+    // 10,000 fit, though 10,000 more did not (nor do 10,001 over 1).
+    s.replace(0, 10_000, &bytes(10_000, 5)).unwrap();
+    s.replace(0, 10_000, &bytes(10_001, 5)).unwrap();
+    assert!(matches!(
+        s.replace(0, 1, &bytes(10_001, 6)),
+        Err(Error::NoSpace(_))
+    ));
     // Removing data and collecting garbage makes room again, within the limit.
     s.collapse(0, written / 2).unwrap();
     s.sync().unwrap();

@@ -115,18 +115,10 @@ enum Outcome {
 }
 
 /// Replaces `old_len` bytes of `space` at `at` with `new`: one overwrite if the sizes
-/// match, else a collapse and an insert.
+/// match, else a collapse and an insert, as one change of the space
+/// ([`FlexSpace::replace`]), so no sync (a GC pass's) falls between them.
 fn edit(space: &mut FlexSpace, at: u64, old_len: u64, new: &[u8]) -> Result<()> {
-    if old_len == new.len() as u64 {
-        return space.write(at, new);
-    }
-    if old_len > 0 {
-        space.collapse(at, old_len)?;
-    }
-    if !new.is_empty() {
-        space.insert(at, new)?;
-    }
-    Ok(())
+    space.replace(at, old_len, new)
 }
 
 impl SortedStore {
@@ -416,10 +408,9 @@ impl SortedStore {
             oi += 1;
         }
         if rewrite {
-            if old.size() > 0 {
-                st.space.collapse(iv.offset, old.size() as u64)?;
-            }
-            st.space.insert(iv.offset, &bytes)?;
+            // One change: a sync between a collapse and an insert (a GC pass makes one)
+            // would keep the interval's unchanged records nowhere, not even in the WAL.
+            st.space.replace(iv.offset, old.size() as u64, &bytes)?;
             self.counters.defrags.fetch_add(1, Ordering::Relaxed);
         }
         let delta = bytes.len() as i64 - old.size() as i64;

@@ -174,6 +174,23 @@ impl FlexSpace {
         Ok(())
     }
 
+    /// [`FlexSpace::check_limit`] for `new` bytes that replace `[off, off + old)`, whose
+    /// mapped bytes (not holes) stop being live.
+    fn check_limit_replacing(&self, off: u64, old: u64, new: u64) -> Result<()> {
+        if self.opts.max_data_size.is_none() {
+            return Ok(());
+        }
+        let end = off.saturating_add(old);
+        let freed: u64 = self
+            .tree
+            .extents_from(off)
+            .take_while(|e| e.offset < end)
+            .filter(|e| e.addr.is_some())
+            .map(|e| (e.offset + e.len).min(end) - e.offset.max(off))
+            .sum();
+        self.check_limit(new.saturating_sub(freed))
+    }
+
     fn check_write(&self, what: &str, off: u64, grows: u64) -> Result<()> {
         if off > self.len() {
             return Err(Error::invalid(format!(
@@ -194,7 +211,8 @@ impl FlexSpace {
     pub fn write(&mut self, off: u64, data: &[u8]) -> Result<()> {
         let grows = (off + data.len() as u64).saturating_sub(self.len());
         self.check_write("write", off, grows)?;
-        self.check_limit(data.len() as u64)?;
+        // The bytes written over stop being live.
+        self.check_limit_replacing(off, data.len() as u64, data.len() as u64)?;
         self.guarded(|s| {
             s.make_room_for(data.len() as u64)?;
             s.stats.user_bytes += data.len() as u64;
@@ -238,6 +256,43 @@ impl FlexSpace {
             )));
         }
         self.guarded(|s| s.record(LogOp::Collapse { off, len }))
+    }
+
+    /// Replaces the `old_len` bytes at `off` with `data`: a collapse and an insert, made
+    /// as one change. Any garbage collection the insert needs runs before the collapse
+    /// is recorded, so a GC pass's sync never makes the collapse durable without the
+    /// insert (as it can between a [`FlexSpace::collapse`] and a
+    /// [`FlexSpace::insert`]), and a sync keeps both or neither. Lengths that match are
+    /// one overwrite ([`FlexSpace::write`]).
+    pub fn replace(&mut self, off: u64, old_len: u64, data: &[u8]) -> Result<()> {
+        if off.checked_add(old_len).is_none_or(|end| end > self.len()) {
+            return Err(Error::invalid(format!(
+                "replace of [{off}, {off}+{old_len}) is outside the space of {} bytes",
+                self.len()
+            )));
+        }
+        if old_len == data.len() as u64 {
+            return self.write(off, data);
+        }
+        let grows = (data.len() as u64).saturating_sub(old_len);
+        self.check_write("replace", off, grows)?;
+        // Under a size limit, what the collapse frees counts as it would between a
+        // collapse and an insert made apart.
+        self.check_limit_replacing(off, old_len, data.len() as u64)?;
+        self.guarded(|s| {
+            s.make_room_for(data.len() as u64)?;
+            if old_len > 0 {
+                s.record(LogOp::Collapse { off, len: old_len })?;
+            }
+            s.stats.user_bytes += data.len() as u64;
+            s.put_data(data, |s, at, addr, len| {
+                s.record(LogOp::Insert {
+                    off: off + at,
+                    len,
+                    addr,
+                })
+            })
+        })
     }
 
     /// Sets the size of the space: growing adds an unmapped range (reads as zeros, takes
