@@ -28,7 +28,7 @@ use super::cache::IntervalCache;
 use super::history::Version;
 use super::index::{Interval, SparseIndex};
 use super::interval::Loaded;
-use super::record::peek_key;
+use super::record::{peek_key, Record};
 use crate::io::Vfs;
 use crate::memtable::KeyspaceId;
 use crate::space::{FlexSpace, SpaceOptions};
@@ -236,11 +236,67 @@ impl SortedStore {
         // Just missed: straight to the space, not through `load`'s second cache lookup.
         self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         let iv = st.index.find(key);
-        let l = Arc::new(self.read_interval(&st.space, &iv)?);
-        if self.cache.admits(&iv.key, l.footprint()) {
-            self.cache_put(st, &iv.key, Arc::clone(&l));
+        // The footprint is not known before the read; the interval's size stands in.
+        let size = usize::try_from(iv.size).unwrap_or(usize::MAX);
+        if !self.cache.admits(&iv.key, size) {
+            return self.find_in_space(&st.space, &iv, key);
         }
+        let l = Arc::new(self.read_interval(&st.space, &iv)?);
+        self.cache_put(st, &iv.key, Arc::clone(&l));
         Ok(find_version(&l, key))
+    }
+
+    /// The version of `key` in interval `iv`, read from the space only as far as the
+    /// first record at or past `key`: an interval is spread over several extents, a
+    /// read each, and a point read the cache will not keep needs only the ones up to
+    /// its record (half of them on average). A record may span two extents; one that
+    /// does not decode yet waits for the next. Whatever does not check out (a record
+    /// that never decodes, keys out of order) is left to [`SortedStore::read_interval`],
+    /// which reads the whole interval and says what is wrong with it.
+    fn find_in_space(
+        &self,
+        space: &FlexSpace,
+        iv: &Interval,
+        key: &[u8],
+    ) -> Result<Option<Version>> {
+        let size =
+            usize::try_from(iv.size).map_err(|_| self.corrupt(iv.offset, "huge interval"))?;
+        let mut buf = vec![0; size];
+        // Where the next record starts, and where the last one's key lies in `buf`.
+        let (mut at, mut last_key) = (0, None::<std::ops::Range<usize>>);
+        let mut found: Option<Option<Version>> = None;
+        let mut sound = true;
+        space.read_self_checked_while(iv.offset, &mut buf, |read| {
+            while at < read.len() {
+                let Ok((r, n)) = Record::decode(&read[at..]) else {
+                    // Not whole yet (or damaged: then it never decodes).
+                    return true;
+                };
+                let floor = last_key.clone().map_or(iv.key.as_slice(), |k| &read[k]);
+                // The first key may equal the interval's; later ones must rise.
+                if r.key < floor || (last_key.is_some() && r.key == floor) {
+                    sound = false;
+                    return false;
+                }
+                if r.key >= key {
+                    found = Some((r.key == key).then(|| Version::from_record(&r)));
+                    return false;
+                }
+                let key_at = r.key.as_ptr() as usize - read.as_ptr() as usize;
+                last_key = Some(key_at..key_at + r.key.len());
+                at += n;
+            }
+            true
+        })?;
+        match found {
+            Some(v) if sound => Ok(v),
+            // Every record decoded and all are below `key`.
+            None if sound && at == size => Ok(None),
+            _ => {
+                let l = self.read_interval(space, iv)?;
+                Ok(find_version(&l, key))
+            }
+        }
     }
 
     /// The records after `from` (forward) or before it (backward), as runs in that

@@ -317,7 +317,7 @@ impl FlexSpace {
     /// Reads `buf.len()` bytes from `off`; the range must lie inside the space. Every
     /// data block the bytes come from is read whole and its checksum verified.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
-        self.read_runs(off, buf, true).map(drop)
+        self.read_runs(off, buf, true, |_| true).map(drop)
     }
 
     /// Reads like [`read`](Self::read), but only the bytes asked for and without the data
@@ -328,10 +328,32 @@ impl FlexSpace {
     /// the bytes came from (as [`extents_in`](Self::extents_in) counts them, without a
     /// second search of the tree).
     pub fn read_self_checked(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
-        self.read_runs(off, buf, false)
+        self.read_runs(off, buf, false, |_| true)
+            .map(|(runs, _)| runs)
     }
 
-    fn read_runs(&self, off: u64, buf: &mut [u8], verify: bool) -> Result<usize> {
+    /// Reads like [`read_self_checked`](Self::read_self_checked), one physically
+    /// contiguous run at a time, and after each run asks `more` (given the bytes of
+    /// `buf` read so far) whether to go on: a caller looking for one record in a range
+    /// stops where it finds it, and an extent further on costs no read. Returns how
+    /// many bytes were read.
+    pub fn read_self_checked_while(
+        &self,
+        off: u64,
+        buf: &mut [u8],
+        more: impl FnMut(&[u8]) -> bool,
+    ) -> Result<usize> {
+        self.read_runs(off, buf, false, more).map(|(_, read)| read)
+    }
+
+    /// Reads run by run until `more` says stop; returns the runs and the bytes read.
+    fn read_runs(
+        &self,
+        off: u64,
+        buf: &mut [u8],
+        verify: bool,
+        mut more: impl FnMut(&[u8]) -> bool,
+    ) -> Result<(usize, usize)> {
         let mut runs = Vec::new();
         self.tree.query_into(off, buf.len() as u64, &mut runs)?;
         let mut at = 0usize;
@@ -342,8 +364,11 @@ impl FlexSpace {
                 Some(a) => self.read_segments(a, piece, verify)?,
             }
             at += len as usize;
+            if !more(&buf[..at]) {
+                break;
+            }
         }
-        Ok(runs.len())
+        Ok((runs.len(), at))
     }
 
     /// Reads data-file bytes at `addr` one segment at a time. An extent may run across a
