@@ -236,25 +236,36 @@ impl FlexSpace {
         self.check_limit(data.len() as u64)?;
         self.guarded(|s| {
             s.make_room_for(data.len() as u64)?;
-            s.stats.user_bytes += data.len() as u64;
-            s.put_data(data, |s, at, addr, len| {
-                s.record(LogOp::Insert {
-                    off: off + at,
-                    len,
-                    addr,
-                })
+            s.put_inserted(off, data)
+        })
+    }
+
+    /// Appends `data` and records it as inserted at `off`.
+    fn put_inserted(&mut self, off: u64, data: &[u8]) -> Result<()> {
+        self.stats.user_bytes += data.len() as u64;
+        self.put_data(data, |s, at, addr, len| {
+            s.record(LogOp::Insert {
+                off: off + at,
+                len,
+                addr,
             })
         })
     }
 
-    /// Removes `[off, off + len)` without leaving a hole: every later byte moves back.
-    pub fn collapse(&mut self, off: u64, len: u64) -> Result<()> {
+    /// Refuses a range that does not lie inside the space.
+    fn check_inside(&self, what: &str, off: u64, len: u64) -> Result<()> {
         if off.checked_add(len).is_none_or(|end| end > self.len()) {
             return Err(Error::invalid(format!(
-                "collapse of [{off}, {off}+{len}) is outside the space of {} bytes",
+                "{what} of [{off}, {off}+{len}) is outside the space of {} bytes",
                 self.len()
             )));
         }
+        Ok(())
+    }
+
+    /// Removes `[off, off + len)` without leaving a hole: every later byte moves back.
+    pub fn collapse(&mut self, off: u64, len: u64) -> Result<()> {
+        self.check_inside("collapse", off, len)?;
         self.guarded(|s| s.record(LogOp::Collapse { off, len }))
     }
 
@@ -265,12 +276,7 @@ impl FlexSpace {
     /// [`FlexSpace::insert`]), and a sync keeps both or neither. Lengths that match are
     /// one overwrite ([`FlexSpace::write`]).
     pub fn replace(&mut self, off: u64, old_len: u64, data: &[u8]) -> Result<()> {
-        if off.checked_add(old_len).is_none_or(|end| end > self.len()) {
-            return Err(Error::invalid(format!(
-                "replace of [{off}, {off}+{old_len}) is outside the space of {} bytes",
-                self.len()
-            )));
-        }
+        self.check_inside("replace", off, old_len)?;
         if old_len == data.len() as u64 {
             return self.write(off, data);
         }
@@ -284,14 +290,7 @@ impl FlexSpace {
             if old_len > 0 {
                 s.record(LogOp::Collapse { off, len: old_len })?;
             }
-            s.stats.user_bytes += data.len() as u64;
-            s.put_data(data, |s, at, addr, len| {
-                s.record(LogOp::Insert {
-                    off: off + at,
-                    len,
-                    addr,
-                })
-            })
+            s.put_inserted(off, data)
         })
     }
 
