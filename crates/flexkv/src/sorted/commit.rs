@@ -575,10 +575,7 @@ impl SortedStore {
         if st.space.tag(iv.offset) != Some(HEAD) {
             st.space.set_tag(iv.offset, HEAD)?;
         }
-        let fits = self
-            .cache
-            .would_hold(st.space.len(), st.index.len(), self.split_pairs);
-        let cached = self.cache.wants(&iv.key, new.footprint(), fits);
+        let cached = self.cache.wants(&iv.key, new.footprint(), self.fits(st));
         if new.len() > self.split_pairs || (new.size() > SPLIT_BYTES && new.len() > 1) {
             return self.split(st, iv, new, appended, cached);
         }

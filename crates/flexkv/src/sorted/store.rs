@@ -238,7 +238,8 @@ impl SortedStore {
         let iv = st.index.find(key);
         // The footprint is not known before the read; the interval's size stands in.
         let size = usize::try_from(iv.size).unwrap_or(usize::MAX);
-        if !self.cache.admits(&iv.key, size) {
+        let fits = self.fits(st);
+        if !self.cache.admits(&iv.key, size, fits) {
             return self.find_in_space(&st.space, &iv, key);
         }
         let l = Arc::new(self.read_interval(&st.space, &iv)?);
@@ -414,6 +415,13 @@ impl SortedStore {
             self.cache_put(st, &iv.key, Arc::clone(&l));
         }
         Ok(l)
+    }
+
+    /// Whether the whole keyspace would fit in the cache
+    /// ([`IntervalCache::would_hold`]).
+    pub(crate) fn fits(&self, st: &State) -> bool {
+        self.cache
+            .would_hold(st.space.len(), st.index.len(), self.split_pairs)
     }
 
     /// Caches `l` as the interval keyed `key`, ending where the index says it ends.
