@@ -29,7 +29,7 @@ pub(crate) const BLOCK: usize = 4096;
 const MAGIC: &[u8; 8] = b"FLXSLOG1";
 /// Version 2 added [`CONTINUED`]; a version-1 log (no block carries it) reads as before,
 /// every block a commit of its own.
-const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 2;
 pub(crate) const ENTRY_SIZE: usize = 40;
 const BLOCK_HEAD: usize = 16;
 pub(crate) const ENTRIES_PER_BLOCK: usize = (BLOCK - BLOCK_HEAD) / ENTRY_SIZE;
@@ -135,6 +135,8 @@ fn header(epoch: u64) -> Vec<u8> {
 #[derive(Debug)]
 pub(crate) struct LogContents {
     pub epoch: Option<u64>,
+    /// The header's format version (0 without a valid header).
+    pub version: u32,
     pub ops: Vec<LogOp>,
     pub next_block: u64,
 }
@@ -145,6 +147,7 @@ pub(crate) fn read(file: &dyn VfsFile) -> Result<LogContents> {
     let len = file.len()?;
     let empty = LogContents {
         epoch: None,
+        version: 0,
         ops: Vec::new(),
         next_block: 1,
     };
@@ -200,6 +203,7 @@ pub(crate) fn read(file: &dyn VfsFile) -> Result<LogContents> {
     ops.truncate(whole);
     Ok(LogContents {
         epoch: Some(epoch),
+        version,
         ops,
         next_block,
     })

@@ -245,6 +245,11 @@ impl FlexSpace {
                 ),
             ));
         }
+        // A log of an older format is replayed as it reads, then replaced by a
+        // checkpoint (below), so that every block after it is in the current format
+        // under a header that says so: a build that knows only the older one then
+        // refuses the log instead of misreading the newer blocks.
+        let old_format = contents.epoch == Some(treefile.seq()) && contents.version < log::VERSION;
         if contents.epoch == Some(treefile.seq()) {
             // Blocks past the last whole commit (a commit a crash tore, whose later
             // blocks the disk may have written before an earlier one) go before anything
@@ -301,6 +306,9 @@ impl FlexSpace {
             _lock: lock,
         };
         space.refresh_stats();
+        if old_format {
+            space.checkpoint()?;
+        }
         Ok(space)
     }
 
