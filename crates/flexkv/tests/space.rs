@@ -34,6 +34,18 @@ fn open(vfs: &FaultVfs, o: SpaceOptions) -> FlexSpace {
     FlexSpace::open(vfs.shared(), DIR, o).unwrap()
 }
 
+/// The space's log file.
+fn log_path() -> std::path::PathBuf {
+    std::path::Path::new(DIR).join("flexspace.log")
+}
+
+/// The content of the space reopened, once its `check` holds.
+fn checked_content(vfs: &FaultVfs) -> Vec<u8> {
+    let s = open(vfs, opts());
+    s.check().unwrap();
+    content(&s)
+}
+
 fn content(s: &FlexSpace) -> Vec<u8> {
     let mut buf = vec![0u8; s.len() as usize];
     s.read(0, &mut buf).unwrap();
@@ -464,7 +476,7 @@ fn blocks_left_by_a_dropped_commit_are_not_read_after_the_next_one() {
     insert_blocks(&mut s, &mut m, 10, 1_000, 2);
     s.sync().unwrap();
     let synced = m.clone();
-    let log_path = std::path::Path::new(DIR).join("flexspace.log");
+    let log_path = log_path();
     let first = vfs.contents(&log_path).unwrap().len();
     // A commit of three blocks, whose first block the "disk" then loses.
     insert_blocks(&mut s, &mut m, 250, 50, 3);
@@ -481,9 +493,7 @@ fn blocks_left_by_a_dropped_commit_are_not_read_after_the_next_one() {
     insert_blocks(&mut s, &mut m, 1, 100, 2);
     s.sync().unwrap();
     drop(s);
-    let s = open(&vfs, opts());
-    s.check().unwrap();
-    assert_eq!(content(&s), m);
+    assert_eq!(checked_content(&vfs), m);
 }
 
 /// A log whose header says version 1 (before a sync's blocks were marked as one
@@ -500,7 +510,7 @@ fn a_version_1_log_is_replayed_and_replaced_at_open() {
         s.sync().unwrap();
     }
     drop(s);
-    let log_path = std::path::Path::new(DIR).join("flexspace.log");
+    let log_path = log_path();
     let version = |vfs: &FaultVfs| {
         let log = vfs.contents(&log_path).unwrap();
         u32::from_le_bytes(log[8..12].try_into().unwrap())
@@ -563,9 +573,7 @@ fn a_replace_that_collects_garbage_first_keeps_both_halves_or_neither() {
     s.sync().unwrap();
     drop(s);
     vfs.crash(CrashMode::DropUnsynced);
-    let s = open(&vfs, opts());
-    s.check().unwrap();
-    assert_eq!(content(&s), m);
+    assert_eq!(checked_content(&vfs), m);
 }
 
 /// Regression (authors' code): GC relocations replayed at recovery, then a checkpoint,
