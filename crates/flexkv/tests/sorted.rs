@@ -461,6 +461,74 @@ fn a_commit_fills_the_cache_only_if_the_whole_keyspace_fits() {
     db.check().unwrap();
 }
 
+/// A scan's misses go through the cache's admission as a point read's do: one pass over
+/// a keyspace larger than the cache reads each interval once, and leaves the intervals
+/// point readers use in the cache, instead of putting every interval it read in and
+/// evicting theirs.
+#[test]
+fn a_scan_of_a_keyspace_larger_than_the_cache_leaves_the_readers_intervals_in_it() {
+    const N: u32 = 40_000;
+    let vfs = FaultVfs::new(8);
+    let open = || {
+        Db::builder(DIR)
+            .vfs(vfs.shared())
+            .cache_bytes(256 << 10)
+            .idle_commit(std::time::Duration::ZERO)
+            .recovery_step(0) // intervals of at most 16 pairs after the reopen too
+            .open()
+            .unwrap()
+    };
+    let db = open();
+    let ks = db.default_keyspace();
+    for chunk in (0..N).collect::<Vec<_>>().chunks(1000) {
+        let mut b = flexkv::WriteBatch::new();
+        b.durability(Durability::Buffered);
+        for &i in chunk {
+            b.put(&ks, &key(i), &val(i, 0)).unwrap();
+        }
+        db.write(b).unwrap();
+    }
+    db.close().unwrap();
+    // An empty cache. Keys 200 apart, each in an interval of its own; the records take
+    // about 3.6 MB, the readers' intervals about 120 KB of the 256 KiB cache.
+    let db = open();
+    let ks = db.default_keyspace();
+    let hot: Vec<u32> = (0..80).map(|i| i * 200).collect();
+    let read_hot = || {
+        for &i in &hot {
+            assert_eq!(db.get(&key(i)).unwrap(), Some(val(i, 0)));
+        }
+    };
+    read_hot();
+    read_hot();
+    let warm = db.stats();
+    read_hot();
+    assert_eq!(db.stats().cache_misses, warm.cache_misses, "all cached");
+
+    let before = db.stats();
+    let mut seen = 0;
+    for item in ks.iter() {
+        let (k, v) = item.unwrap();
+        let i: u32 = std::str::from_utf8(&k[3..]).unwrap().parse().unwrap();
+        assert_eq!((k, v), (key(i), val(i, 0)));
+        seen += 1;
+    }
+    assert_eq!(seen, N);
+    let scanned = db.stats();
+    assert!(
+        scanned.cache_misses - before.cache_misses > u64::from(N) / 16 / 2,
+        "the scan read most intervals from the space: {scanned:?}"
+    );
+    read_hot();
+    let missed = db.stats().cache_misses - scanned.cache_misses;
+    assert!(
+        missed <= hot.len() as u64 / 8,
+        "{missed} of the {} readers' intervals were evicted by the scan",
+        hot.len()
+    );
+    db.check().unwrap();
+}
+
 /// Recovery rebuilds the index from the interval heads, every head or sampled, and
 /// both give the same contents; writes after it split the merged intervals again.
 #[test]

@@ -109,25 +109,25 @@ pub(crate) struct IntervalCache {
     by_key: DashMap<MapKey, Arc<Loaded>, foldhash::fast::RandomState>,
     ring: Mutex<Ring>,
     doorkeeper: Doorkeeper,
-    /// Repeated point-read misses on a keyspace that does not fit, for
+    /// Repeated misses (point reads and scans) on a keyspace that does not fit, for
     /// [`IntervalCache::admits`]'s one in [`ADMIT_ONE_IN`].
     repeats: AtomicUsize,
 }
 
-/// On a keyspace that does not fit in the cache, one in this many point-read misses that
-/// the doorkeeper would admit is cached. 3M UDB pairs (1.9 times a 256 MiB cache),
+/// On a keyspace that does not fit in the cache, one in this many misses (point reads
+/// and scans) that the doorkeeper would admit is cached. 3M UDB pairs (1.9 times a 256 MiB cache),
 /// ycsb-c: 254K ops/s taking every one, 290K one in 8, 303K one in 64 (medians of three
 /// runs; of two for one in 8).
 const ADMIT_ONE_IN: usize = 64;
 
-/// Cache bytes per interval a point read's miss is remembered for: about two cache
+/// Cache bytes per interval a read's miss is remembered for: about two cache
 /// entries' worth (an interval of 16 pairs of 100 bytes takes about 2 KiB).
 const BYTES_PER_REMEMBERED: usize = 1 << 10;
 /// The fewest misses remembered, for small caches.
 const MIN_REMEMBERED: usize = 256;
 
-/// The intervals point reads missed lately (TinyLFU's doorkeeper): a full cache takes
-/// a point read's interval on its second miss within a window of misses, not its first.
+/// The intervals reads missed lately (TinyLFU's doorkeeper): a full cache takes
+/// a read's interval on its second miss within a window of misses, not its first.
 /// A bit set with two bits per key, cleared once a window's worth of new keys went in.
 /// It may say "seen" of a key it was never told about (about one in twenty at a full
 /// window), which only admits that interval early.
@@ -344,9 +344,9 @@ impl IntervalCache {
         self.ring.lock().used + PER_ENTRY + 4 * key.len() + footprint <= self.capacity
     }
 
-    /// Whether a point read that missed the interval keyed `key` (taking `footprint`
-    /// bytes) should cache it: yes while the cache has room for it, and once full, if
-    /// a point read missed it before, lately ([`Doorkeeper`]). On a keyspace larger
+    /// Whether a read (a point read or a scan) that missed the interval keyed `key`
+    /// (taking `footprint` bytes) should cache it: yes while the cache has room for it,
+    /// and once full, if a read missed it before, lately ([`Doorkeeper`]). On a keyspace larger
     /// than the cache, an interval read once in a long while would otherwise evict one
     /// read often, and cost an insertion and an eviction besides.
     ///

@@ -272,7 +272,7 @@ impl SortedStore {
         let old = if iv.key == plan.key && iv.size == plan.size {
             plan.old
         } else {
-            self.load(st, &iv, false)?
+            self.load(st, &iv)?
         };
         self.apply_interval(st, &iv, &old, plan.ups, plan.outcomes, records)
     }
@@ -582,7 +582,7 @@ impl SortedStore {
         if shrank && new.len() < self.split_pairs {
             if let Some(next) = st.index.next(&iv.key) {
                 if new.size() + next.size as usize <= SPLIT_BYTES {
-                    let other = self.load(st, &next, false)?;
+                    let other = self.load(st, &next)?;
                     if new.len() + other.len() <= self.split_pairs {
                         st.index.merge_next(&iv.key)?;
                         st.space.set_tag(next.offset, 0)?;

@@ -372,7 +372,7 @@ impl SortedStore {
                     hits += 1;
                     l
                 }
-                None if found < min => match self.load(st, &st.index.find(key), true) {
+                None if found < min => match self.load_admitted(st, &st.index.find(key)) {
                     Ok(l) => l,
                     Err(e) => {
                         failed = Some(e);
@@ -403,15 +403,23 @@ impl SortedStore {
         }
     }
 
-    /// The interval `iv`, from the cache or the space (then cached if `cache`).
-    pub(crate) fn load(&self, st: &State, iv: &Interval, cache: bool) -> Result<Arc<Loaded>> {
+    /// The interval `iv`, from the cache or else the space (not cached then).
+    pub(crate) fn load(&self, st: &State, iv: &Interval) -> Result<Arc<Loaded>> {
         if let Some(l) = self.cache.get(&iv.key) {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(l);
         }
         self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+        Ok(Arc::new(self.read_interval(&st.space, iv)?))
+    }
+
+    /// Interval `iv`, which the cache just missed, read from the space and cached if
+    /// the cache admits it ([`IntervalCache::admits`]), as a point read's would be.
+    fn load_admitted(&self, st: &State, iv: &Interval) -> Result<Arc<Loaded>> {
+        self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         let l = Arc::new(self.read_interval(&st.space, iv)?);
-        if cache {
+        let size = usize::try_from(iv.size).unwrap_or(usize::MAX);
+        if self.cache.admits(&iv.key, size, self.fits(st)) {
             self.cache_put(st, &iv.key, Arc::clone(&l));
         }
         Ok(l)
@@ -602,7 +610,7 @@ impl SortedStore {
         new: &Pointer,
     ) -> Result<bool> {
         let iv = st.index.find(key);
-        let loaded = self.load(st, &iv, false)?;
+        let loaded = self.load(st, &iv)?;
         let Some(i) = loaded.find(key) else {
             return Ok(false);
         };
