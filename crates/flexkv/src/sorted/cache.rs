@@ -115,9 +115,9 @@ pub(crate) struct IntervalCache {
 }
 
 /// On a keyspace that does not fit in the cache, one in this many misses (point reads
-/// and scans) that the doorkeeper would admit is cached. 3M UDB pairs (1.9 times a 256 MiB cache),
-/// ycsb-c: 254K ops/s taking every one, 290K one in 8, 303K one in 64 (medians of three
-/// runs; of two for one in 8).
+/// and scans) that the doorkeeper would admit is cached. 3M UDB pairs (1.9 times a
+/// 256 MiB cache), ycsb-c: 254K ops/s taking every one, 290K one in 8, 303K one in 64
+/// (medians of three runs; of two for one in 8).
 const ADMIT_ONE_IN: usize = 64;
 
 /// Cache bytes per interval a read's miss is remembered for: about two cache
@@ -346,9 +346,9 @@ impl IntervalCache {
 
     /// Whether a read (a point read or a scan) that missed the interval keyed `key`
     /// (taking `footprint` bytes) should cache it: yes while the cache has room for it,
-    /// and once full, if a read missed it before, lately ([`Doorkeeper`]). On a keyspace larger
-    /// than the cache, an interval read once in a long while would otherwise evict one
-    /// read often, and cost an insertion and an eviction besides.
+    /// and once full, if a read missed it before, lately ([`Doorkeeper`]). On a
+    /// keyspace larger than the cache, an interval read once in a long while would
+    /// otherwise evict one read often, and cost an insertion and an eviction besides.
     ///
     /// Where the keyspace does not fit in the cache (`fits`, see
     /// [`IntervalCache::would_hold`]), only one in [`ADMIT_ONE_IN`] of those repeated
