@@ -45,7 +45,7 @@ impl Vfs for RealVfs {
             OpenMode::CreateNew => opts.create_new(true),
             OpenMode::Existing => &mut opts,
         };
-        let file = open_noatime(&mut opts, path).map_err(|e| Error::io("open", path, e))?;
+        let file = open_noatime(&opts, path).map_err(|e| Error::io("open", path, e))?;
         Ok(Arc::new(RealFile {
             file,
             path: path.to_path_buf(),
@@ -112,7 +112,7 @@ impl Vfs for RealVfs {
 /// ycsb-e's cycles went to that), and a database has no use for access times. Only the
 /// file's owner (or a process with `CAP_FOWNER`) may ask for it, so where it is refused
 /// the file is opened as usual.
-fn open_noatime(opts: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
+fn open_noatime(opts: &OpenOptions, path: &Path) -> std::io::Result<File> {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::fs::OpenOptionsExt;
