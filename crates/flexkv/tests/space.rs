@@ -901,3 +901,43 @@ fn reads_of_an_extent_across_a_segment_boundary_see_the_buffered_part() {
     s.sync().unwrap();
     assert_eq!(content(&s), m);
 }
+
+/// An insert into the middle of an extent leaves the extent's two halves side by side
+/// in the data file and the new bytes elsewhere. An unverified read of the range takes
+/// the halves with one read (they are one span) and the new bytes with another: two
+/// reads for three extents, with the bytes in their logical order.
+#[test]
+fn an_unverified_read_takes_an_extents_split_halves_in_one_read() {
+    let o = opts();
+    let vfs = FaultVfs::new(12);
+    let mut s = open(&vfs, o);
+    let mut m = bytes(3_000, 1);
+    s.insert(0, &m).unwrap();
+    // 5,000 bytes after it in the file, so the new bytes land further than a span's gap.
+    let filler = bytes(5_000, 2);
+    s.insert(3_000, &filler).unwrap();
+    m.extend_from_slice(&filler);
+    let new = bytes(100, 3);
+    s.insert(1_500, &new).unwrap();
+    m.splice(1_500..1_500, new);
+    // Fill the first segment, so every read below goes to the file, not the buffer.
+    let at = m.len();
+    insert_blocks(&mut s, &mut m, 20, o.max_extent as usize, 1);
+    assert!(s.stats().segments > 1 && at < (64 << 10));
+    assert_eq!(
+        s.extents_in(0, 3_100),
+        3,
+        "not split: the test tests nothing"
+    );
+
+    let mut buf = vec![0u8; 3_100];
+    let before = vfs.op_count();
+    assert_eq!(s.read_self_checked(0, &mut buf).unwrap(), 3);
+    assert_eq!(
+        vfs.op_count() - before,
+        2,
+        "reads for three extents in two spans"
+    );
+    assert_eq!(buf, m[..3_100]);
+    assert_eq!(content(&s), m);
+}
