@@ -71,6 +71,29 @@ pub(crate) struct Leaf {
     pub entries: Vec<LeafEntry>,
 }
 
+/// Entries a leaf's vector grows by when full, and most it keeps spare after it
+/// shrinks. A vector left to itself doubles: leaves fill to between a quarter and all
+/// of their capacity, and doubling left them with about 1.8 times the room their
+/// entries take, most of a large tree's memory.
+const LEAF_GROWTH: usize = 8;
+
+impl Leaf {
+    /// Inserts `e` at `i`, growing the vector by [`LEAF_GROWTH`] entries if it is full.
+    pub fn insert(&mut self, i: usize, e: LeafEntry) {
+        if self.entries.len() == self.entries.capacity() {
+            self.entries.reserve_exact(LEAF_GROWTH);
+        }
+        self.entries.insert(i, e);
+    }
+
+    /// Gives back room beyond [`LEAF_GROWTH`] spare entries, once there is twice that.
+    pub fn trim(&mut self) {
+        if self.entries.capacity() - self.entries.len() > 2 * LEAF_GROWTH {
+            self.entries.shrink_to(self.entries.len() + LEAF_GROWTH);
+        }
+    }
+}
+
 /// `pivots[i]` is the start of `children[i + 1]` relative to this node's start: the shift
 /// value of that child pointer. The first child starts where the node starts (shift 0),
 /// so it has no pivot.

@@ -80,6 +80,7 @@ impl FlexTree {
         let (new_node, separator) = match &mut self.nodes[old as usize] {
             Node::Leaf(leaf) => {
                 let mut upper = leaf.entries.split_off(leaf.entries.len() / 2);
+                leaf.trim();
                 let separator = upper[0].poff;
                 upper.iter_mut().for_each(|e| e.poff -= separator);
                 (Node::Leaf(Leaf { entries: upper }), separator)
@@ -166,9 +167,9 @@ impl FlexTree {
             },
             0,
         );
-        let entries = &mut self.leaf_mut(leaf).entries;
-        entries[i - 1].len = head;
-        entries.insert(i, tail);
+        let node = self.leaf_mut(leaf);
+        node.entries[i - 1].len = head;
+        node.insert(i, tail);
         self.extents += 1;
         i
     }
@@ -197,7 +198,7 @@ impl FlexTree {
             self.shift_leaf_from(leaf, pos, len);
         } else {
             let entry = LeafEntry::new(off - frame, len, addr, 0);
-            self.leaf_mut(leaf).entries.insert(pos, entry);
+            self.leaf_mut(leaf).insert(pos, entry);
             self.shift_leaf_from(leaf, pos + 1, len);
             self.extents += 1;
         }
@@ -258,7 +259,9 @@ impl FlexTree {
             end > pos,
             "collapse range does not end on an extent boundary"
         );
-        self.leaf_mut(leaf).entries.drain(pos..end);
+        let node = self.leaf_mut(leaf);
+        node.entries.drain(pos..end);
+        node.trim();
         self.shift_leaf_from(leaf, pos, removed.wrapping_neg());
         self.shift_after_path(removed.wrapping_neg());
         self.size -= removed;
@@ -302,6 +305,7 @@ impl FlexTree {
         match self.take(r) {
             Node::Leaf(right) => {
                 let entries = &mut self.leaf_mut(l).entries;
+                entries.reserve_exact(right.entries.len());
                 entries.extend(right.entries.into_iter().map(|mut e| {
                     e.poff += fold;
                     e
