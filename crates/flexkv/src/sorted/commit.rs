@@ -244,11 +244,18 @@ impl SortedStore {
         let loaded = if missing.len() >= PARALLEL_READS {
             let (mine, theirs) = missing.split_at(missing.len() / 2);
             let (a, b) = std::thread::scope(|s| {
-                let helper = s.spawn(|| read(theirs));
+                // A thread that cannot be started (a process at its limit) leaves the
+                // committer to read alone, where a plain spawn would panic mid-commit.
+                let helper = std::thread::Builder::new().spawn_scoped(s, || read(theirs));
                 let a = read(mine);
-                (a, helper.join())
+                let b = match helper {
+                    Ok(h) => h
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(_) => read(theirs),
+                };
+                (a, b)
             });
-            let b = b.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             let mut a = a?;
             a.extend(b?);
             a
