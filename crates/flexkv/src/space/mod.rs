@@ -353,10 +353,10 @@ impl FlexSpace {
     }
 
     /// Reads like [`read_self_checked`](Self::read_self_checked), one physically
-    /// contiguous run at a time, and after each run asks `more` (given the bytes of
-    /// `buf` read so far) whether to go on: a caller looking for one record in a range
-    /// stops where it finds it, and an extent further on costs no read. Returns how
-    /// many bytes were read.
+    /// contiguous run at a time in logical order, and after each run asks `more` (given
+    /// the bytes of `buf` read so far) whether to go on: a caller looking for one record
+    /// in a range stops where it finds it, and a span (see `read_spans`) further on
+    /// costs no read. Returns how many bytes were read.
     pub fn read_self_checked_while(
         &self,
         off: u64,
