@@ -48,7 +48,6 @@ enum Command {
 }
 
 fn main() {
-    flexkv_bench::compare::huge_pages_off();
     match Cli::parse().command {
         Command::PaperFlextree(args) => paper_flextree::run(&args),
         Command::PaperFlexspace(args) => paper_flexspace::run(&args),

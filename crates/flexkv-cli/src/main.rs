@@ -353,9 +353,6 @@ fn print_fields(
 }
 
 fn main() -> ExitCode {
-    // mimalloc with transparent huge pages zeroes 2 MiB pages for small allocations
-    // (see `huge_pages_off`); every command runs without them.
-    flexkv_bench::compare::huge_pages_off();
     let cli = Cli::parse();
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,

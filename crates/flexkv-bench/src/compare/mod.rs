@@ -20,34 +20,6 @@ pub use engines::{Engine, EngineConfig, EngineKind, Op};
 pub use report::{EngineRun, Report};
 pub use run::{run_suite, PhaseResult, Progress, Spec, Workload};
 
-/// Turns transparent huge pages off for this process and every process it starts (the
-/// flag survives `fork` and `exec`, so each engine's child has it too); returns whether
-/// they are off. mimalloc (v3) marks its arenas `MADV_HUGEPAGE` and gives freed memory
-/// back to the kernel 64 KiB at a time; a later allocation in such a region faulted in
-/// a whole 2 MiB page, zeroed. With memtables of 64 MiB freed and refilled, zeroing
-/// took 35% of flexkv's fillseq at 1M pairs, and fillseq ran twice as fast without it.
-/// Every engine runs under the same setting, which the printed configuration states.
-pub fn huge_pages_off() -> bool {
-    // Refused only by kernels older than 3.15; the check below then says so.
-    let _ = rustix::thread::disable_transparent_huge_pages(true);
-    huge_pages_are_off()
-}
-
-fn huge_pages_are_off() -> bool {
-    rustix::thread::transparent_huge_pages_are_disabled().unwrap_or(false)
-}
-
-/// How every engine allocates, as the configuration states it: checked, not assumed.
-pub fn allocator_note() -> &'static str {
-    if huge_pages_are_off() {
-        "every engine on mimalloc with transparent huge pages off, C and C++ allocations \
-         included"
-    } else {
-        "every engine on mimalloc with transparent huge pages allowed, C and C++ \
-         allocations included"
-    }
-}
-
 /// Key and value sizes: `K+V`, or one of the size profiles of the RocksDB workload study
 /// (Cao et al., FAST '20) that FlexDB's paper uses: `udb` 27+127, `zippydb` 48+43,
 /// `sys` 28+396.
@@ -300,8 +272,8 @@ pub fn run(args: &Args) {
     let md = report::markdown(&report);
     let conf = report::configurations(&report);
     println!(
-        "{md}\nConfiguration (compression off everywhere; same cache budget; {}):\n{conf}",
-        allocator_note()
+        "{md}\nConfiguration (compression off everywhere; same cache budget; every engine on \
+         mimalloc, C and C++ allocations included):\n{conf}"
     );
     write_outputs(&args.out, &report, &md, &conf);
 }
@@ -322,9 +294,9 @@ fn write_outputs(out: &Path, report: &Report, md: &str, conf: &str) {
     write(
         "compare.md",
         &format!(
-            "`{}`\n\n{md}\nConfiguration ({}):\n\n{conf}",
-            report.command,
-            allocator_note()
+            "`{}`\n\n{md}\nConfiguration (every engine on mimalloc, C and C++ allocations \
+             included):\n\n{conf}",
+            report.command
         ),
     );
     write("compare.svg", &report::svg(report));
