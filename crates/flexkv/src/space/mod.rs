@@ -352,11 +352,12 @@ impl FlexSpace {
             .map(|(runs, _)| runs)
     }
 
-    /// Reads like [`read_self_checked`](Self::read_self_checked), one physically
-    /// contiguous run at a time in logical order, and after each run asks `more` (given
-    /// the bytes of `buf` read so far) whether to go on: a caller looking for one record
-    /// in a range stops where it finds it, and a span (see `read_spans`) further on
-    /// costs no read. Returns how many bytes were read.
+    /// Reads like [`read_self_checked`](Self::read_self_checked), filling `buf` one
+    /// physically contiguous run at a time in logical order, and after each run asks
+    /// `more` (given the bytes of `buf` filled so far) whether to go on: a caller looking
+    /// for one record in a range stops where it finds it, and runs further on cost no
+    /// read unless they share one with a run already needed (see `read_spans`).
+    /// Returns how many bytes were filled.
     pub fn read_self_checked_while(
         &self,
         off: u64,
