@@ -905,7 +905,8 @@ fn reads_of_an_extent_across_a_segment_boundary_see_the_buffered_part() {
 /// An insert into the middle of an extent leaves the extent's two halves side by side
 /// in the data file and the new bytes elsewhere. An unverified read of the range takes
 /// the halves with one read (they are one span) and the new bytes with another: two
-/// reads for three extents, with the bytes in their logical order.
+/// reads for three extents, with the bytes in their logical order; a read that stops
+/// early stops reading early.
 #[test]
 fn an_unverified_read_takes_an_extents_split_halves_in_one_read() {
     let o = opts();
@@ -939,5 +940,21 @@ fn an_unverified_read_takes_an_extents_split_halves_in_one_read() {
         "reads for three extents in two spans"
     );
     assert_eq!(buf, m[..3_100]);
+
+    // Stopping after the first run (the first half) costs its span's read only; the
+    // second half came with it, so going on to the end costs one more, the new bytes'.
+    for (runs, reads, filled) in [(1, 1, 1_500), (2, 2, 1_600), (3, 2, 3_100)] {
+        let mut buf = vec![0u8; 3_100];
+        let (before, mut seen) = (vfs.op_count(), 0);
+        let read = s
+            .read_self_checked_while(0, &mut buf, |_| {
+                seen += 1;
+                seen < runs
+            })
+            .unwrap();
+        assert_eq!(vfs.op_count() - before, reads, "reads for {runs} runs");
+        assert_eq!(read, filled);
+        assert_eq!(buf[..filled], m[..filled]);
+    }
     assert_eq!(content(&s), m);
 }
