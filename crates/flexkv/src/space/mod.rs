@@ -41,15 +41,89 @@ const LOG_FILE: &str = "flexspace.log";
 const LOCK_FILE: &str = "flexspace.lock";
 
 /// Runs of a range no further apart than this in the data file are read with one
-/// read, the bytes between them included ([`FlexSpace::read_spans`]): copying 4 KiB
-/// from the page cache costs about what one more system call does.
+/// read, the bytes between them included ([`Spans`]): copying 4 KiB from the page
+/// cache costs about what one more system call does.
 const SPAN_GAP: u64 = 4096;
 
-/// A span of [`FlexSpace::read_spans`]: not read yet, read, or read run by run.
+/// The runs of an unverified read grouped into *spans*: runs that lie in the same
+/// segment within [`SPAN_GAP`] bytes of each other are read with one `pread`, the gaps
+/// between them included, and copied into place. An insert into the middle of an
+/// extent leaves its two halves physically adjacent with the new bytes elsewhere, so a
+/// range that inserts have split into a few extents is mostly a few spans, and each
+/// read saved is a system call saved (at a few hundred bytes an extent, the call costs
+/// more than the copy). A span is read when the logical order first needs one of its
+/// runs, so a read that stops early still reads less.
+struct Spans {
+    /// The span of each run (`usize::MAX` for a hole).
+    span_of: Vec<usize>,
+    /// Address, length and how many runs, of each span.
+    spans: Vec<(u64, u64, usize)>,
+    /// What each span of several runs holds once read.
+    read: Vec<Span>,
+}
+
+/// A span of several runs: not read yet, read, or (a read of it failed) read run by run.
 enum Span {
     Unread,
     Read(Vec<u8>),
     Apart,
+}
+
+impl Spans {
+    /// Groups `runs` (a range's pieces in logical order) by address.
+    fn new(runs: &[Run], segment_size: u64) -> Spans {
+        let mut order: Vec<(u64, usize)> = runs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.addr.map(|a| (a, i)))
+            .collect();
+        order.sort_unstable();
+        let mut span_of = vec![usize::MAX; runs.len()];
+        let mut spans: Vec<(u64, u64, usize)> = Vec::with_capacity(order.len());
+        for (a, i) in order {
+            let len = runs[i].len;
+            match spans.last_mut() {
+                Some((s, l, n))
+                    if a >= *s + *l
+                        && a - (*s + *l) <= SPAN_GAP
+                        && (a + len - 1) / segment_size == *s / segment_size =>
+                {
+                    (*l, *n) = (a + len - *s, *n + 1);
+                }
+                _ => spans.push((a, len, 1)),
+            }
+            span_of[i] = spans.len() - 1;
+        }
+        let read = spans.iter().map(|_| Span::Unread).collect();
+        Spans {
+            span_of,
+            spans,
+            read,
+        }
+    }
+
+    /// The bytes of run `i` (at address `a`) onwards within its span, reading the span
+    /// if this is its first run needed; `None` for a run to read alone: one alone in its
+    /// span, or one whose span could not be read whole (a gap the checksum table does
+    /// not record as written should not happen; read alone, the run says what is wrong).
+    fn bytes(&mut self, space: &FlexSpace, i: usize, a: u64) -> Option<&[u8]> {
+        let k = self.span_of[i];
+        let (s, l, n) = self.spans[k];
+        if n == 1 {
+            return None;
+        }
+        if matches!(self.read[k], Span::Unread) {
+            let mut bytes = vec![0; l as usize];
+            self.read[k] = match space.read_data_unverified(s, &mut bytes) {
+                Ok(()) => Span::Read(bytes),
+                Err(_) => Span::Apart,
+            };
+        }
+        match &self.read[k] {
+            Span::Read(bytes) => Some(&bytes[(a - s) as usize..]),
+            Span::Unread | Span::Apart => None,
+        }
+    }
 }
 
 /// Options of a [`FlexSpace`].
@@ -356,7 +430,7 @@ impl FlexSpace {
     /// physically contiguous run at a time in logical order, and after each run asks
     /// `more` (given the bytes of `buf` filled so far) whether to go on: a caller looking
     /// for one record in a range stops where it finds it, and runs further on cost no
-    /// read unless they share one with a run already needed (see `read_spans`).
+    /// read unless they share one with a run already needed (see `Spans`).
     /// Returns how many bytes were filled.
     pub fn read_self_checked_while(
         &self,
@@ -368,6 +442,8 @@ impl FlexSpace {
     }
 
     /// Reads run by run until `more` says stop; returns the runs and the bytes read.
+    /// An unverified read takes its runs by span ([`Spans`]); a verified one goes block
+    /// by block anyway.
     fn read_runs(
         &self,
         off: u64,
@@ -377,16 +453,17 @@ impl FlexSpace {
     ) -> Result<(usize, usize)> {
         let mut runs = Vec::new();
         self.tree.query_into(off, buf.len() as u64, &mut runs)?;
-        if !verify && runs.len() > 1 {
-            let read = self.read_spans(&runs, buf, more)?;
-            return Ok((runs.len(), read));
-        }
+        let mut spans =
+            (!verify && runs.len() > 1).then(|| Spans::new(&runs, self.opts.segment_size));
         let mut at = 0usize;
-        for &Run { addr, len } in &runs {
+        for (i, &Run { addr, len }) in runs.iter().enumerate() {
             let piece = &mut buf[at..at + len as usize];
             match addr {
                 None => piece.fill(0),
-                Some(a) => self.read_segments(a, piece, verify)?,
+                Some(a) => match spans.as_mut().and_then(|sp| sp.bytes(self, i, a)) {
+                    Some(bytes) => piece.copy_from_slice(&bytes[..piece.len()]),
+                    None => self.read_segments(a, piece, verify)?,
+                },
             }
             at += len as usize;
             if !more(&buf[..at]) {
@@ -394,79 +471,6 @@ impl FlexSpace {
             }
         }
         Ok((runs.len(), at))
-    }
-
-    /// Reads `runs` (a range's pieces in logical order) into `buf` with one read per
-    /// *span*: runs that lie in the same segment within [`SPAN_GAP`] bytes of each other
-    /// are read together, the gaps between them included, and copied into place. An
-    /// insert into the middle of an extent leaves its two halves physically adjacent
-    /// with the new bytes elsewhere, so a range that inserts have split into a few
-    /// extents is mostly a few spans, and each read saved is a system call saved (at
-    /// a few hundred bytes an extent, the call costs more than the copy). Spans are read
-    /// as the logical order first needs them, so `more` can still stop the reading
-    /// early. Only for unverified reads: a verified read goes block by block anyway.
-    fn read_spans(
-        &self,
-        runs: &[Run],
-        buf: &mut [u8],
-        mut more: impl FnMut(&[u8]) -> bool,
-    ) -> Result<usize> {
-        let seg = self.opts.segment_size;
-        // The mapped runs by address, grouped into spans (`span_of` says whose each is).
-        let mut order: Vec<usize> = (0..runs.len())
-            .filter(|&i| runs[i].addr.is_some())
-            .collect();
-        order.sort_unstable_by_key(|&i| runs[i].addr);
-        let mut span_of = vec![usize::MAX; runs.len()];
-        // (address, length, members) of each span.
-        let mut spans: Vec<(u64, u64, usize)> = Vec::with_capacity(order.len());
-        for &i in &order {
-            let (a, len) = (runs[i].addr.unwrap_or(0), runs[i].len);
-            match spans.last_mut() {
-                Some((s, l, n))
-                    if a >= *s + *l
-                        && a - (*s + *l) <= SPAN_GAP
-                        && (a + len - 1) / seg == *s / seg =>
-                {
-                    (*l, *n) = (a + len - *s, *n + 1);
-                }
-                _ => spans.push((a, len, 1)),
-            }
-            span_of[i] = spans.len() - 1;
-        }
-        // The bytes of each span of several runs, once read.
-        let mut read: Vec<Span> = (0..spans.len()).map(|_| Span::Unread).collect();
-        let mut at = 0usize;
-        for (i, run) in runs.iter().enumerate() {
-            let piece = &mut buf[at..at + run.len as usize];
-            if let Some(a) = run.addr {
-                let k = span_of[i];
-                let (s, l, n) = spans[k];
-                if n > 1 && matches!(read[k], Span::Unread) {
-                    let mut bytes = vec![0; l as usize];
-                    // A gap the table does not record as written should not happen; if
-                    // one does, each run is read alone, which says what is wrong.
-                    read[k] = match self.read_data_unverified(s, &mut bytes) {
-                        Ok(()) => Span::Read(bytes),
-                        Err(_) => Span::Apart,
-                    };
-                }
-                match &read[k] {
-                    Span::Read(bytes) => {
-                        let o = (a - s) as usize;
-                        piece.copy_from_slice(&bytes[o..o + piece.len()]);
-                    }
-                    Span::Unread | Span::Apart => self.read_segments(a, piece, false)?,
-                }
-            } else {
-                piece.fill(0);
-            }
-            at += run.len as usize;
-            if !more(&buf[..at]) {
-                break;
-            }
-        }
-        Ok(at)
     }
 
     /// Reads data-file bytes at `addr` one segment at a time. An extent may run across a
