@@ -23,6 +23,7 @@ fn opts() -> SpaceOptions {
         log_capacity: 24 << 10,
         log_grows_with_tree: false,
         max_data_size: None,
+        gc_space_amplification: 1.5,
         tree: FlexTreeOptions {
             leaf_capacity: 4,
             internal_capacity: 6,
@@ -576,6 +577,55 @@ fn a_replace_that_collects_garbage_first_keeps_both_halves_or_neither() {
     assert_eq!(checked_content(&vfs), m);
 }
 
+/// Scattered overwrites leave garbage in every segment. Garbage collection keeps the
+/// used segments within `gc_space_amplification` times the live bytes, give or take the
+/// four segments of garbage it waits for and the segment a write fills, and a looser
+/// setting lets the file grow past that bound (so the setting is what holds it).
+#[test]
+fn gc_holds_the_data_file_to_its_space_amplification() {
+    let seg = opts().segment_size;
+    // The largest used/live seen over a run of overwrites, and whether every step kept
+    // to the bound of `amp`.
+    let run = |amp: f64| {
+        let vfs = FaultVfs::new(12);
+        let o = SpaceOptions {
+            gc_space_amplification: amp,
+            ..opts()
+        };
+        let mut s = open(&vfs, o);
+        let mut m = Vec::new();
+        insert_blocks(&mut s, &mut m, 128, 8 << 10, 1);
+        let mut rng = SmallRng::seed_from_u64(5);
+        let (mut worst, mut kept) = (0f64, true);
+        for i in 0..3_000 {
+            let len = rng.random_range(512..4096);
+            let at = rng.random_range(0..m.len() - len);
+            let data = bytes(len, i as u8);
+            s.write(at as u64, &data).unwrap();
+            m[at..at + len].copy_from_slice(&data);
+            if i % 50 == 0 {
+                s.sync().unwrap();
+            }
+            let st = s.stats();
+            worst = worst.max(st.used_bytes as f64 / st.live_bytes as f64);
+            kept &= st.used_bytes as f64 <= 1.25 * st.live_bytes as f64 + (6 * seg) as f64;
+        }
+        assert_eq!(content(&s), m);
+        s.check().unwrap();
+        (worst, kept)
+    };
+    let (tight, kept) = run(1.25);
+    assert!(
+        kept,
+        "used within 1.25 × live + 6 segments (worst {tight:.2})"
+    );
+    let (loose, kept) = run(2.0);
+    assert!(
+        !kept && loose > 1.6,
+        "at 2.0 the file grows past the tighter bound (worst {loose:.2})"
+    );
+}
+
 /// Regression (authors' code): GC relocations replayed at recovery, then a checkpoint,
 /// then another reopen: the relocations must survive.
 #[test]
@@ -720,6 +770,16 @@ fn bad_arguments_are_refused_before_anything_changes() {
         FlexSpace::open(vfs.shared(), "/other", bad),
         Err(Error::InvalidArgument(_))
     ));
+    for amp in [1.0, 0.5, f64::NAN, f64::INFINITY] {
+        let bad = SpaceOptions {
+            gc_space_amplification: amp,
+            ..opts()
+        };
+        assert!(matches!(
+            FlexSpace::open(vfs.shared(), "/other", bad),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
     // A second open of the same directory is refused while the first is open.
     assert!(matches!(
         FlexSpace::open(vfs.shared(), DIR, opts()),

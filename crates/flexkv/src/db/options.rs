@@ -269,7 +269,8 @@ impl Builder {
         self
     }
 
-    /// The FlexSpace options of each keyspace (segment size, extent size, log size).
+    /// The FlexSpace options of each keyspace (segment size, extent size, log size,
+    /// the space amplification its garbage collection keeps to).
     pub fn space_options(mut self, opts: crate::space::SpaceOptions) -> Self {
         self.opts.space = opts;
         self

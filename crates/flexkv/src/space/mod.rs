@@ -127,7 +127,7 @@ impl Spans {
 }
 
 /// Options of a [`FlexSpace`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SpaceOptions {
     /// Size of a data segment in bytes: a power of two from 64 KiB to 1 GiB.
     pub segment_size: u64,
@@ -148,6 +148,11 @@ pub struct SpaceOptions {
     /// An optional limit on the data file's size; writes that would need more fail with
     /// [`Error::NoSpace`] and change nothing.
     pub max_data_size: Option<u64>,
+    /// The space amplification garbage collection holds the data file to: a write first
+    /// runs a GC pass once the used segments hold more than this many times the live
+    /// bytes (and at least four segments of garbage). At least 1.1; lower keeps the
+    /// file smaller and relocates more. Default 1.5, as the value log's GC.
+    pub gc_space_amplification: f64,
     /// Node capacities of the FlexTree.
     pub tree: FlexTreeOptions,
 }
@@ -160,6 +165,7 @@ impl Default for SpaceOptions {
             log_capacity: 4 << 20,
             log_grows_with_tree: true,
             max_data_size: None,
+            gc_space_amplification: 1.5,
             tree: FlexTreeOptions::default(),
         }
     }
@@ -189,6 +195,12 @@ impl SpaceOptions {
                 treefile::PAGE,
                 treefile::MAX_LEAF_CAPACITY,
                 treefile::MAX_INTERNAL_CAPACITY
+            )));
+        }
+        let amp = self.gc_space_amplification;
+        if !(amp >= 1.1 && amp.is_finite()) {
+            return Err(Error::invalid(format!(
+                "gc_space_amplification {amp} must be a number of at least 1.1"
             )));
         }
         if let Some(max) = self.max_data_size {

@@ -101,13 +101,13 @@ impl FlexSpace {
     }
 
     /// Before a change that appends `bytes` of data records anything: collects garbage if
-    /// it has grown past half of the used space, and, under a size limit, until the change
-    /// fits. Garbage collection syncs, so it must never run in the middle of a change
-    /// (that would make half of it durable).
+    /// the used segments passed `gc_space_amplification` times the live bytes, and,
+    /// under a size limit, until the change fits. Garbage collection syncs, so it must
+    /// never run in the middle of a change (that would make half of it durable).
     fn make_room_for(&mut self, bytes: u64) -> Result<()> {
         let seg = self.opts.segment_size;
         let (live, used) = self.segs.totals();
-        if used - live > (4 * seg).max(used / 2) {
+        if used - live > 4 * seg && used as f64 > live as f64 * self.opts.gc_space_amplification {
             self.gc_pass()?;
         }
         let Some(max) = self.opts.max_data_size else {
