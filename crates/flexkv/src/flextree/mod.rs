@@ -90,7 +90,7 @@ pub struct FlexTreeOptions {
 impl Default for FlexTreeOptions {
     fn default() -> Self {
         FlexTreeOptions {
-            leaf_capacity: 64,
+            leaf_capacity: 168,
             internal_capacity: 64,
         }
     }

@@ -668,8 +668,8 @@ fn merging_inserts_grow_the_previous_extent_when_contiguous() {
 /// Leaves grow a few entries at a time and give back room they stop using, so a tree
 /// under scattered inserts, and under the sorted keyspace's mix (a defragmented
 /// interval collapses several extents and inserts one), takes little more than its
-/// entries (1.22 and 1.33 times here). Vectors left to double took 1.6 times their
-/// entries after these inserts, and 1.9 after a longer mix.
+/// entries (1.10 and 1.14 times here with 168-entry leaves; 1.22 and 1.33 with 64).
+/// Vectors left to double took 1.55 times their entries after these inserts.
 #[test]
 fn leaves_keep_little_spare_room_under_inserts_and_collapses() {
     let mut t = FlexTree::new();
@@ -679,7 +679,7 @@ fn leaves_keep_little_spare_room_under_inserts_and_collapses() {
         t.insert((i * 7919) % (t.len() + 1), 3, i * 1000).unwrap();
     }
     assert!(
-        ratio(&t) <= 1.4,
+        ratio(&t) <= 1.2,
         "{:.2} times the entries after inserts",
         ratio(&t)
     );
@@ -692,7 +692,7 @@ fn leaves_keep_little_spare_room_under_inserts_and_collapses() {
     }
     t.check().unwrap();
     assert!(
-        ratio(&t) <= 1.5,
+        ratio(&t) <= 1.25,
         "{:.2} times the entries after the mix",
         ratio(&t)
     );
