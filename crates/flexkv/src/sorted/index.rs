@@ -446,6 +446,7 @@ impl SparseIndex {
         // its subtree's first key (`check_node`), and `new_key` is below the next key.
         // The old entry now ends where the new one begins.
         keys.insert(j + 1, new_key);
+        keys::grow(partial, 1);
         partial.insert(j + 1, partial[j] + at as i64);
         self.len += 1;
         self.split_full(&mut path);
@@ -591,6 +592,8 @@ impl SparseIndex {
                     // effective offsets.
                     let inherited = shifts[c];
                     pivots.insert(c, &pivot);
+                    keys::grow(children, 1);
+                    keys::grow(shifts, 1);
                     children.insert(c + 1, right);
                     shifts.insert(c + 1, inherited);
                 }
