@@ -194,7 +194,7 @@ pub(super) const GROWTH: usize = 4;
 /// Makes room in `v` for `n` more items, [`GROWTH`] items' worth at a time (for bytes,
 /// `GROWTH` times `n`) instead of doubling. A node fills from half its fanout (a split)
 /// to all of it, so doubling left its vectors a quarter empty on average: at 10M UDB
-/// pairs the index took 45.7 MB that way and takes 37.8 MB this way (docs/design.md).
+/// pairs the index took 45.7 MB that way and takes 36.6 MB this way (docs/design.md).
 /// A node's vectors are at most a few hundred bytes, so the extra copies cost little.
 pub(super) fn grow<T>(v: &mut Vec<T>, n: usize) {
     if v.capacity() - v.len() < n {
