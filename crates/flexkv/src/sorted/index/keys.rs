@@ -7,7 +7,7 @@
 //!
 //! - `bytes`: every key back to back, and `ends`, where each one ends;
 //! - `prefix`: how many leading bytes all its keys share;
-//! - `heads`: the 8 bytes of each key after that prefix (zero-padded, big-endian),
+//! - `heads`: the 4 bytes of each key after that prefix (zero-padded, big-endian),
 //!   side by side.
 //!
 //! A search compares the key's own head with `heads` and looks at a stored key's bytes
@@ -21,17 +21,17 @@ use std::cmp::Ordering;
 pub(super) struct Keys {
     bytes: Vec<u8>,
     ends: Vec<u32>,
-    heads: Vec<u64>,
+    heads: Vec<u32>,
     prefix: usize,
 }
 
-/// The 8 bytes of `key` after its first `prefix`, zero-padded, as a big-endian number.
-fn head(key: &[u8], prefix: usize) -> u64 {
-    let mut b = [0u8; 8];
+/// The 4 bytes of `key` after its first `prefix`, zero-padded, as a big-endian number.
+fn head(key: &[u8], prefix: usize) -> u32 {
+    let mut b = [0u8; 4];
     let rest = key.get(prefix..).unwrap_or_default();
-    let n = rest.len().min(8);
+    let n = rest.len().min(4);
     b[..n].copy_from_slice(&rest[..n]);
-    u64::from_be_bytes(b)
+    u32::from_be_bytes(b)
 }
 
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
@@ -184,7 +184,7 @@ impl Keys {
 
     /// Bytes of memory held.
     pub(super) fn memory_bytes(&self) -> usize {
-        self.bytes.capacity() + 4 * self.ends.capacity() + 8 * self.heads.capacity()
+        self.bytes.capacity() + 4 * self.ends.capacity() + 4 * self.heads.capacity()
     }
 }
 

@@ -232,7 +232,7 @@ fn nodes_keep_little_spare_room_under_scattered_splits() {
         }
     }
     ix.check().unwrap();
-    let entries: usize = ix.intervals().iter().map(|i| i.key.len() + 4 + 8 + 8).sum();
+    let entries: usize = ix.intervals().iter().map(|i| i.key.len() + 4 + 4 + 8).sum();
     let ratio = ix.memory_bytes() as f64 / entries as f64;
     println!("{} intervals, {ratio:.2} times their bytes", ix.len());
     assert!(ratio <= 1.25, "{ratio:.2} times the entries' bytes");
