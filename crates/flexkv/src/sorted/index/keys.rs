@@ -17,6 +17,8 @@
 
 use std::cmp::Ordering;
 
+use super::grow;
+
 #[derive(Debug, Clone, Default)]
 pub(super) struct Keys {
     bytes: Vec<u8>,
@@ -116,8 +118,8 @@ impl Keys {
         lo
     }
 
-    /// Puts `key` at position `i` (the caller keeps the order). The vectors grow by
-    /// [`GROWTH`] keys at a time, not by doubling (see [`grow`]).
+    /// Puts `key` at position `i` (the caller keeps the order). The vectors grow a few
+    /// keys at a time, not by doubling ([`grow`]).
     pub(super) fn insert(&mut self, i: usize, key: &[u8]) {
         grow(&mut self.ends, 1);
         grow(&mut self.heads, 1);
@@ -173,32 +175,12 @@ impl Keys {
             n => common_prefix(self.get(0), self.get(n - 1)),
         };
         let p = self.prefix;
-        self.heads.clear();
-        // Exactly what is needed where the vector is new or smaller (no doubling).
-        self.heads.reserve_exact(self.len());
-        for i in 0..self.len() {
-            let h = head(self.get(i), p);
-            self.heads.push(h);
-        }
+        self.heads = (0..self.len()).map(|i| head(self.get(i), p)).collect();
     }
 
     /// Bytes of memory held.
     pub(super) fn memory_bytes(&self) -> usize {
         self.bytes.capacity() + 4 * self.ends.capacity() + 4 * self.heads.capacity()
-    }
-}
-
-/// Entries a node's vectors grow by when full.
-pub(super) const GROWTH: usize = 4;
-
-/// Makes room in `v` for `n` more items, [`GROWTH`] items' worth at a time (for bytes,
-/// `GROWTH` times `n`) instead of doubling. A node fills from half its fanout (a split)
-/// to all of it, so doubling left its vectors a quarter empty on average: at 10M UDB
-/// pairs the index took 45.7 MB that way and takes 36.6 MB this way (docs/design.md).
-/// A node's vectors are at most a few hundred bytes, so the extra copies cost little.
-pub(super) fn grow<T>(v: &mut Vec<T>, n: usize) {
-    if v.capacity() - v.len() < n {
-        v.reserve_exact(n.max(1) * GROWTH);
     }
 }
 
