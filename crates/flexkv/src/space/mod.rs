@@ -16,7 +16,9 @@
 //! was at some moment between the last acknowledged `sync` and the last change issued.
 //!
 //! Reads take `&self` and may run from many threads at once. Every change takes `&mut
-//! self`: wrap the space in a reader-writer lock to share it.
+//! self`: wrap the space in a reader-writer lock to share it. A [`Placement`]
+//! ([`FlexSpace::place`]) reads a range with no borrow of the space at all, while it
+//! changes; [`FlexSpace::placed`] then says whether what it read is the range's content.
 
 mod crc;
 mod log;
@@ -106,7 +108,12 @@ impl Spans {
     /// if this is its first run needed; `None` for a run to read alone: one alone in its
     /// span, or one whose span could not be read whole (a gap the checksum table does
     /// not record as written should not happen; read alone, the run says what is wrong).
-    fn bytes(&mut self, space: &FlexSpace, i: usize, a: u64) -> Option<&[u8]> {
+    fn bytes(
+        &mut self,
+        read: impl FnOnce(u64, &mut [u8]) -> Result<()>,
+        i: usize,
+        a: u64,
+    ) -> Option<&[u8]> {
         let k = self.span_of[i];
         let (s, l, n) = self.spans[k];
         if n == 1 {
@@ -114,7 +121,7 @@ impl Spans {
         }
         if matches!(self.read[k], Span::Unread) {
             let mut bytes = vec![0; l as usize];
-            self.read[k] = match space.read_data_unverified(s, &mut bytes) {
+            self.read[k] = match read(s, &mut bytes) {
                 Ok(()) => Span::Read(bytes),
                 Err(_) => Span::Apart,
             };
@@ -123,6 +130,56 @@ impl Spans {
             Span::Read(bytes) => Some(&bytes[(a - s) as usize..]),
             Span::Unread | Span::Apart => None,
         }
+    }
+}
+
+/// Where a range of a [`FlexSpace`] lay in its data file ([`FlexSpace::place`]).
+#[derive(Debug)]
+pub struct Placement {
+    runs: Vec<Run>,
+    /// The opening counts of each run's segments ([`FlexSpace::placed`]).
+    opened: Vec<u64>,
+    segment_size: u64,
+    data: Arc<dyn VfsFile>,
+}
+
+impl Placement {
+    /// How many runs (extents, or pieces of them) the range lay in.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Reads the range's bytes from where they lay into `buf` (as long as the range),
+    /// with no lock on the space and no checksums (callers verify their own, as with
+    /// [`FlexSpace::read_self_checked`]); runs close together are read as one span.
+    /// The bytes are the range's if [`FlexSpace::placed`] says so afterwards: a data
+    /// file region freed and written again meanwhile reads as whatever is there now.
+    pub fn read(&self, buf: &mut [u8]) -> Result<()> {
+        let total: u64 = self.runs.iter().map(|r| r.len).sum();
+        if total != buf.len() as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "a placement of {total} bytes read into a buffer of {}",
+                buf.len()
+            )));
+        }
+        let file = &*self.data;
+        let mut spans = (self.runs.len() > 1).then(|| Spans::new(&self.runs, self.segment_size));
+        let mut at = 0usize;
+        for (i, r) in self.runs.iter().enumerate() {
+            let piece = &mut buf[at..at + r.len as usize];
+            let a = r
+                .addr
+                .unwrap_or_else(|| unreachable!("a placement has no holes"));
+            match spans
+                .as_mut()
+                .and_then(|sp| sp.bytes(|s, b| read_or_corrupt(file, b, s), i, a))
+            {
+                Some(bytes) => piece.copy_from_slice(&bytes[..piece.len()]),
+                None => read_or_corrupt(file, piece, a)?,
+            }
+            at += r.len as usize;
+        }
+        Ok(())
     }
 }
 
@@ -453,6 +510,52 @@ impl FlexSpace {
         self.read_runs(off, buf, false, more).map(|(_, read)| read)
     }
 
+    /// Where the `len` bytes at `off` lie in the data file, for reading them without
+    /// the space ([`Placement::read`], which needs no lock while the space changes),
+    /// or `None` if some of them are a hole or only in the open segment's buffer.
+    /// What such a read returns is the range's content only if
+    /// [`placed`](Self::placed) then says the range still lies there. A placement
+    /// belongs to this opening of the space: the counts it compares start again at open.
+    pub fn place(&self, off: u64, len: u64) -> Result<Option<Placement>> {
+        let mut runs = Vec::new();
+        self.tree.query_into(off, len, &mut runs)?;
+        let mut opened = Vec::with_capacity(runs.len());
+        for r in &runs {
+            let Some(a) = r.addr else { return Ok(None) };
+            if !self.segs.in_file(a, r.len) {
+                return Ok(None);
+            }
+            opened.push(self.run_opened(a, r.len));
+        }
+        Ok(Some(Placement {
+            runs,
+            opened,
+            segment_size: self.opts.segment_size,
+            data: Arc::clone(&self.data),
+        }))
+    }
+
+    /// Whether the `len` bytes at `off` lie where `p` found them (maybe at another
+    /// offset since: inserts and collapses before them move them in the space, not in
+    /// the file), in segments not opened again since. Then the file still holds them
+    /// there: bytes written to a segment change only once it is freed and opened anew.
+    pub fn placed(&self, off: u64, len: u64, p: &Placement) -> Result<bool> {
+        let mut runs = Vec::with_capacity(p.runs.len());
+        self.tree.query_into(off, len, &mut runs)?;
+        Ok(runs == p.runs
+            && runs
+                .iter()
+                .zip(&p.opened)
+                .all(|(r, &o)| r.addr.is_some_and(|a| self.run_opened(a, r.len) == o)))
+    }
+
+    /// The opening counts of the segments a run lies in, folded into one number (a run
+    /// may cross into the next segment).
+    fn run_opened(&self, addr: u64, len: u64) -> u64 {
+        let (first, last) = (self.segs.of(addr), self.segs.of(addr + len - 1));
+        (u64::from(self.segs.opened(first)) << 32) | u64::from(self.segs.opened(last))
+    }
+
     /// Reads run by run until `more` says stop; returns the runs and the bytes read.
     /// An unverified read takes its runs by span ([`Spans`]); a verified one goes block
     /// by block anyway.
@@ -472,7 +575,10 @@ impl FlexSpace {
             let piece = &mut buf[at..at + len as usize];
             match addr {
                 None => piece.fill(0),
-                Some(a) => match spans.as_mut().and_then(|sp| sp.bytes(self, i, a)) {
+                Some(a) => match spans
+                    .as_mut()
+                    .and_then(|sp| sp.bytes(|s, b| self.read_data_unverified(s, b), i, a))
+                {
                     Some(bytes) => piece.copy_from_slice(&bytes[..piece.len()]),
                     None => self.read_segments(a, piece, verify)?,
                 },

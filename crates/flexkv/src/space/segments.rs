@@ -47,6 +47,10 @@ pub(crate) struct Segments {
     summed: usize,
     /// Block checksums taken and not yet handed to the table and the log.
     sums: Vec<(u64, BlockSum)>,
+    /// How many times each segment was opened: bytes written to a segment stay as they
+    /// are until it is opened again, so a read of its bytes is still good if this has
+    /// not changed (see `FlexSpace::place`).
+    opened: Vec<u32>,
 }
 
 impl Segments {
@@ -71,6 +75,7 @@ impl Segments {
             to_punch: Vec::new(),
             summed: 0,
             sums: Vec::new(),
+            opened: vec![0; count],
         }
     }
 
@@ -107,9 +112,11 @@ impl Segments {
             None => {
                 self.live.push(0);
                 self.state.push(State::Free);
+                self.opened.push(0);
                 self.live.len() - 1
             }
         };
+        self.opened[seg] = self.opened[seg].wrapping_add(1);
         self.state[seg] = State::Open;
         self.open = Some(seg as u64);
         self.buf.clear();
@@ -192,6 +199,22 @@ impl Segments {
         let at = (addr - start) as usize;
         out.copy_from_slice(&self.buf[at..at + out.len()]);
         true
+    }
+
+    /// Whether all of `[addr, addr + len)` is in the file (none of it only in the open
+    /// segment's buffer).
+    pub(crate) fn in_file(&self, addr: u64, len: u64) -> bool {
+        match self.open {
+            Some(seg) => {
+                addr + len <= seg * self.size + self.flushed as u64 || addr >= (seg + 1) * self.size
+            }
+            None => true,
+        }
+    }
+
+    /// How many times segment `seg` has been opened.
+    pub(crate) fn opened(&self, seg: usize) -> u32 {
+        self.opened.get(seg).copied().unwrap_or(0)
     }
 
     /// Calls `f(segment, bytes)` for the part of `[addr, addr + len)` in each segment.
