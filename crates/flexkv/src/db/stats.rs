@@ -53,6 +53,10 @@ pub struct Stats {
     pub cache_misses: u64,
     /// Fragmented intervals rewritten whole.
     pub defrags: u64,
+    /// Intervals the committer used from its read-ahead: read from the FlexSpace by a
+    /// second thread while the slice before theirs was applied (counted in
+    /// `cache_misses` too).
+    pub intervals_read_ahead: u64,
     /// Intervals in the sparse indexes.
     pub intervals: u64,
     /// Bytes of memory the sparse indexes take.
@@ -175,6 +179,7 @@ impl Inner {
             cache_hits: sum(&|s| get(&s.counters.cache_hits)),
             cache_misses: sum(&|s| get(&s.counters.cache_misses)),
             defrags: sum(&|s| get(&s.counters.defrags)),
+            intervals_read_ahead: sum(&|s| get(&s.counters.read_ahead)),
             intervals: shapes.iter().map(|s| s.0).sum(),
             index_bytes: shapes.iter().map(|s| s.1).sum(),
             cache_bytes: shapes.iter().map(|s| s.2).sum(),

@@ -8,8 +8,9 @@
 //! A version is applied only if it is newer than the record it replaces, so replaying a
 //! memtable that was partly committed before a crash changes nothing twice.
 
+use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,14 +23,15 @@ use super::record::{Record, RecordValue};
 use super::store::{SortedStore, State, HEAD};
 use crate::memtable::{Value, Versions};
 use crate::mvcc::Snapshots;
-use crate::space::FlexSpace;
+use crate::space::{FlexSpace, Placement};
 use crate::vlog::{Holder, ValueLog};
 use crate::Result;
 
 /// Keys worked out and applied per slice (the paper releases its lock every 1,000 pairs).
 pub(crate) const SLICE: usize = 1000;
 
-/// Intervals of a slice to read from the space before a second thread helps.
+/// Intervals of a slice to read from the space before a second thread helps: by
+/// reading the next slice's intervals ahead, or this slice's other half.
 const PARALLEL_READS: usize = 32;
 /// The longest the committer holds a keyspace's write lock before it lets waiting
 /// readers in (it checks between intervals, so a hold can pass it by one interval).
@@ -95,6 +97,21 @@ impl LockHolds {
     }
 }
 
+/// Intervals read ahead of their slice, by key, with the size they had and where they
+/// lay when read.
+type Ahead = HashMap<Vec<u8>, (u64, Placement, Arc<Loaded>)>;
+
+/// A slice worked out, ready to apply ([`SortedStore::prepare`]).
+struct Prepared<'a> {
+    plans: Vec<Plan<'a>>,
+    /// Keys to add to (with a sequence) or remove from the lingering tombstones.
+    lingering: Vec<(Box<[u8]>, Option<u64>)>,
+    /// How many of the slice's intervals were not cached.
+    not_cached: usize,
+    /// The slice's new records, which the plans' outcomes point into.
+    records: parking_lot::MutexGuard<'a, Vec<u8>>,
+}
+
 /// One interval's share of a slice, worked out under the shared lock.
 struct Plan<'u> {
     /// The interval's key and size when it was loaded.
@@ -129,58 +146,144 @@ impl SortedStore {
     /// the index and the cache, so readers wait for the edits alone. No other writer can
     /// change the store between the two steps (an upgradable read excludes them). An
     /// error marks the store broken: the change may be half made.
+    ///
+    /// Where a slice had to read many of its intervals from the space (a keyspace larger
+    /// than the cache), the next slice's intervals are placed in the data file while this
+    /// one is worked out ([`SortedStore::place_ahead`]) and read while it is applied
+    /// ([`SortedStore::read_placed`]); the next slice then checks each with a tree
+    /// search instead of reading it.
     pub(crate) fn commit(&self, updates: impl Iterator<Item = Update>, cx: &Context) -> Result<()> {
-        let mut updates = updates.peekable();
-        let mut slice = Vec::with_capacity(SLICE);
-        while updates.peek().is_some() {
-            slice.clear();
-            slice.extend(updates.by_ref().take(SLICE));
-            if let Err(e) = self.commit_slice(&slice, cx) {
-                self.broken.store(true, Ordering::Release);
-                return Err(e);
+        let mut updates = updates.fuse();
+        let mut slice: Vec<Update> = updates.by_ref().take(SLICE).collect();
+        let mut next = Vec::with_capacity(SLICE);
+        let mut ahead = Ahead::new();
+        let mut read_many = false;
+        while !slice.is_empty() {
+            next.clear();
+            next.extend(updates.by_ref().take(SLICE));
+            let current = std::mem::take(&mut ahead);
+            let stop = AtomicBool::new(false);
+            let to_read = match slice.last() {
+                Some(last) if read_many && !next.is_empty() => Some((&next[..], &last.key[..])),
+                _ => None,
+            };
+            let done = std::thread::scope(|s| {
+                let mut reads = None;
+                let done = self.commit_slice(&slice, cx, current, to_read, |places| {
+                    // A thread that cannot be started leaves the next slice to read
+                    // these itself.
+                    reads = std::thread::Builder::new()
+                        .spawn_scoped(s, || self.read_placed(places, &stop))
+                        .ok();
+                });
+                // What is not read by now, the next slice reads on two threads.
+                stop.store(true, Ordering::Relaxed);
+                if let Some(h) = reads {
+                    ahead = h
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                }
+                done
+            });
+            match done {
+                Ok(read) => read_many = read >= PARALLEL_READS,
+                Err(e) => {
+                    self.broken.store(true, Ordering::Release);
+                    return Err(e);
+                }
             }
+            std::mem::swap(&mut slice, &mut next);
         }
         Ok(())
     }
 
-    fn commit_slice(&self, slice: &[Update], cx: &Context) -> Result<()> {
-        let st = self.state.upgradable_read();
-        // The intervals the slice falls in, each with where its updates are.
-        let mut groups = Vec::new();
+    /// Where the intervals that the slice `next` will need and the cache does not hold
+    /// lie in the data file ([`FlexSpace::place`]), found on a second thread while the
+    /// committer works out the slice before it (whose last key is `after`) under the
+    /// upgradable lock `st`, which this shares. Intervals keyed at or below `after` are
+    /// left out, since that slice changes those it holds keys of.
+    fn place_ahead(&self, st: &State, next: &[Update], after: &[u8]) -> Vec<(Interval, Placement)> {
+        let mut places = Vec::new();
         let mut i = 0;
-        while i < slice.len() {
-            let iv = st.index.find(&slice[i].key);
-            let next = st.index.next(&iv.key).map(|n| n.key);
-            let n = slice[i..].partition_point(|u| next.as_ref().is_none_or(|k| *u.key < **k));
-            groups.push((iv, i..i + n));
-            i += n;
+        while i < next.len() {
+            let iv = st.index.find(&next[i].key);
+            let end = st.index.next(&iv.key).map(|n| n.key);
+            i += next[i..].partition_point(|u| end.as_ref().is_none_or(|k| *u.key < **k));
+            if iv.key.as_slice() <= after || self.cache.peek(&iv.key).is_some() {
+                continue;
+            }
+            if let Ok(Some(p)) = st.space.place(iv.offset, iv.size) {
+                places.push((iv, p));
+            }
         }
-        let olds = self.load_all(&st, &groups)?;
-        let mut records = self.records.lock();
-        records.clear();
-        let mut plans = Vec::with_capacity(groups.len());
-        let mut lingering = Vec::new();
-        for ((iv, range), old) in groups.into_iter().zip(olds) {
-            let ups = &slice[range];
-            let outcomes = ups
-                .iter()
-                .map(|u| {
-                    let current = old.find(&u.key).map(|j| old.record(j));
-                    let mut linger = |seq: Option<u64>| {
-                        if seq.is_some() || st.lingering.contains_key(&u.key) {
-                            lingering.push((u.key.clone(), seq));
-                        }
-                    };
-                    self.resolve(&mut linger, &u.key, current, &u.versions, &mut records, cx)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            plans.push(Plan {
-                key: iv.key,
-                size: iv.size,
-                old,
-                ups,
-                outcomes,
-            });
+        places
+    }
+
+    /// Reads and parses the intervals [`SortedStore::place_ahead`] placed, with no lock
+    /// held, while the committer applies the slice before theirs, until `stop` is set
+    /// (that slice is done: the next one reads the rest itself, on two threads).
+    ///
+    /// [`SortedStore::load_all`] takes an interval read here only if the index still
+    /// has its key with the same size and the space still places those bytes where
+    /// they were read ([`FlexSpace::placed`]): then they are the interval's bytes, as
+    /// they are now. A read that fails is left for the slice itself to make, and
+    /// report.
+    fn read_placed(&self, places: Vec<(Interval, Placement)>, stop: &AtomicBool) -> Ahead {
+        let mut ahead = Ahead::with_capacity(places.len());
+        for (iv, p) in places {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let mut buf = vec![0; iv.size as usize];
+            if p.read(&mut buf).is_err() {
+                continue;
+            }
+            // Bytes since written over do not parse, or are not taken.
+            let Ok(mut l) = Loaded::parse(buf) else {
+                continue;
+            };
+            l.fragmented = p.runs() > l.len().div_ceil(2).max(1);
+            ahead.insert(iv.key, (iv.size, p, Arc::new(l)));
+        }
+        ahead
+    }
+
+    /// Applies one slice, taking intervals read ahead from `ahead` where they are still
+    /// as read; returns how many of its intervals were not cached. With `to_read` (the
+    /// next slice and this one's last key), the next slice's intervals are placed on a
+    /// second thread meanwhile, and handed to `read` before the write lock is taken.
+    fn commit_slice(
+        &self,
+        slice: &[Update],
+        cx: &Context,
+        ahead: Ahead,
+        to_read: Option<(&[Update], &[u8])>,
+        read: impl FnOnce(Vec<(Interval, Placement)>),
+    ) -> Result<usize> {
+        let st = self.state.upgradable_read();
+        let (prepared, places) = match to_read {
+            Some((next, after)) => std::thread::scope(|s| {
+                let placing = std::thread::Builder::new()
+                    .spawn_scoped(s, || self.place_ahead(&st, next, after));
+                let prepared = self.prepare(&st, slice, cx, ahead);
+                let places = match placing {
+                    Ok(h) => h
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(_) => Vec::new(),
+                };
+                (prepared, places)
+            }),
+            None => (self.prepare(&st, slice, cx, ahead), Vec::new()),
+        };
+        let Prepared {
+            plans,
+            lingering,
+            not_cached,
+            records,
+        } = prepared?;
+        if !places.is_empty() {
+            read(places);
         }
         // The edits go in short write sections: between two, the lock is downgraded (still
         // excluding other writers) so readers waiting for it get in.
@@ -212,30 +315,116 @@ impl SortedStore {
         cx.holds.record(t0.elapsed());
         // A slice of large inline values grows the buffer far past a usual slice's
         // need; each keyspace keeps one, so it does not keep more than this.
+        let mut records = records;
         records.clear();
         records.shrink_to(RECORDS_KEPT);
-        Ok(())
+        Ok(not_cached)
     }
 
-    /// The intervals of `groups`, from the cache or the space. When many are not
-    /// cached (a keyspace larger than the cache), two threads read them: a read is a
-    /// system call, a tree search and a parse, most of a commit's time there, while the
-    /// writers that wait for the commit leave the other core idle.
+    /// Works out slice `slice` under the upgradable lock `st`: the intervals it falls
+    /// in, loaded, and what becomes of each key's record.
+    fn prepare<'a>(
+        &'a self,
+        st: &State,
+        slice: &'a [Update],
+        cx: &Context,
+        ahead: Ahead,
+    ) -> Result<Prepared<'a>> {
+        // The intervals the slice falls in, each with where its updates are.
+        let mut groups = Vec::new();
+        let mut i = 0;
+        while i < slice.len() {
+            let iv = st.index.find(&slice[i].key);
+            let next = st.index.next(&iv.key).map(|n| n.key);
+            let n = slice[i..].partition_point(|u| next.as_ref().is_none_or(|k| *u.key < **k));
+            groups.push((iv, i..i + n));
+            i += n;
+        }
+        let (olds, not_cached) = self.load_all(st, &groups, ahead)?;
+        let mut records = self.records.lock();
+        records.clear();
+        let mut plans = Vec::with_capacity(groups.len());
+        let mut lingering = Vec::new();
+        for ((iv, range), old) in groups.into_iter().zip(olds) {
+            let ups = &slice[range];
+            let outcomes = ups
+                .iter()
+                .map(|u| {
+                    let current = old.find(&u.key).map(|j| old.record(j));
+                    let mut linger = |seq: Option<u64>| {
+                        if seq.is_some() || st.lingering.contains_key(&u.key) {
+                            lingering.push((u.key.clone(), seq));
+                        }
+                    };
+                    self.resolve(&mut linger, &u.key, current, &u.versions, &mut records, cx)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            plans.push(Plan {
+                key: iv.key,
+                size: iv.size,
+                old,
+                ups,
+                outcomes,
+            });
+        }
+        Ok(Prepared {
+            plans,
+            lingering,
+            not_cached,
+            records,
+        })
+    }
+
+    /// The intervals of `groups`, from the cache, from those read `ahead` (taken if
+    /// they are still as read: see [`SortedStore::read_placed`]), or from the space, with
+    /// how many were not cached.
+    /// When many are left to read from the space (a keyspace larger than the cache, and
+    /// nothing read ahead), two threads read them: a read is a system call, a tree
+    /// search and a parse, most of a commit's time there, while the writers that wait
+    /// for the commit leave the other core idle.
     fn load_all(
         &self,
         st: &State,
         groups: &[(Interval, Range<usize>)],
-    ) -> Result<Vec<Arc<Loaded>>> {
+        mut ahead: Ahead,
+    ) -> Result<(Vec<Arc<Loaded>>, usize)> {
         let mut olds: Vec<Option<Arc<Loaded>>> = groups
             .iter()
             .map(|(iv, _)| self.cache.peek(&iv.key))
             .collect();
-        let missing: Vec<usize> = (0..groups.len()).filter(|&g| olds[g].is_none()).collect();
+        let not_cached = olds.iter().filter(|l| l.is_none()).count();
         let c = &self.counters;
         c.cache_hits
-            .fetch_add((groups.len() - missing.len()) as u64, Ordering::Relaxed);
+            .fetch_add((groups.len() - not_cached) as u64, Ordering::Relaxed);
         c.cache_misses
-            .fetch_add(missing.len() as u64, Ordering::Relaxed);
+            .fetch_add(not_cached as u64, Ordering::Relaxed);
+        for ((iv, _), old) in groups.iter().zip(&mut olds) {
+            if old.is_some() {
+                continue;
+            }
+            *old = match ahead.remove(&iv.key) {
+                Some((size, p, l))
+                    if size == iv.size
+                        && st.space.placed(iv.offset, iv.size, &p)?
+                        && (l.len() == 0 || l.key(0) >= iv.key.as_slice()) =>
+                {
+                    Some(l)
+                }
+                _ => None,
+            };
+            if let Some(l) = old {
+                c.read_ahead.fetch_add(1, Ordering::Relaxed);
+                // The checks above prove these are the interval's bytes; debug builds
+                // read it again to be sure.
+                debug_assert!(
+                    self.read_interval(&st.space, iv)
+                        .is_ok_and(|now| now.bytes() == l.bytes()),
+                    "interval {:?} changed after it was read ahead",
+                    iv.key
+                );
+            }
+        }
+        let missing: Vec<usize> = (0..groups.len()).filter(|&g| olds[g].is_none()).collect();
         let read = |some: &[usize]| -> Result<Vec<Loaded>> {
             some.iter()
                 .map(|&g| self.read_interval(&st.space, &groups[g].0))
@@ -265,10 +454,11 @@ impl SortedStore {
         for (g, l) in missing.into_iter().zip(loaded) {
             olds[g] = Some(Arc::new(l));
         }
-        Ok(olds
+        let olds = olds
             .into_iter()
             .map(|l| l.unwrap_or_else(|| unreachable!("every interval was loaded")))
-            .collect())
+            .collect();
+        Ok((olds, not_cached))
     }
 
     /// Applies one interval's resolved updates. Its interval is found again: an earlier

@@ -63,6 +63,7 @@ pub(crate) struct StoreCounters {
     pub(crate) pairs_committed: AtomicU64,
     pub(crate) history_written: AtomicU64,
     pub(crate) defrags: AtomicU64,
+    pub(crate) read_ahead: AtomicU64,
 }
 
 /// What the lock guards.
