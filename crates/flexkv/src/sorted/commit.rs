@@ -101,6 +101,21 @@ impl LockHolds {
 /// lay when read.
 type Ahead = HashMap<Vec<u8>, (u64, Placement, Arc<Loaded>)>;
 
+/// The intervals the updates of `slice` (in key order) fall in, each with the range of
+/// `slice` in it.
+fn groups(st: &State, slice: &[Update]) -> Vec<(Interval, Range<usize>)> {
+    let mut groups = Vec::new();
+    let mut i = 0;
+    while i < slice.len() {
+        let iv = st.index.find(&slice[i].key);
+        let next = st.index.next(&iv.key).map(|n| n.key);
+        let n = slice[i..].partition_point(|u| next.as_ref().is_none_or(|k| *u.key < **k));
+        groups.push((iv, i..i + n));
+        i += n;
+    }
+    groups
+}
+
 /// A slice worked out, ready to apply ([`SortedStore::prepare`]).
 struct Prepared<'a> {
     plans: Vec<Plan<'a>>,
@@ -204,11 +219,7 @@ impl SortedStore {
     /// left out, since that slice changes those it holds keys of.
     fn place_ahead(&self, st: &State, next: &[Update], after: &[u8]) -> Vec<(Interval, Placement)> {
         let mut places = Vec::new();
-        let mut i = 0;
-        while i < next.len() {
-            let iv = st.index.find(&next[i].key);
-            let end = st.index.next(&iv.key).map(|n| n.key);
-            i += next[i..].partition_point(|u| end.as_ref().is_none_or(|k| *u.key < **k));
+        for (iv, _) in groups(st, next) {
             if iv.key.as_slice() <= after || self.cache.peek(&iv.key).is_some() {
                 continue;
             }
@@ -330,16 +341,7 @@ impl SortedStore {
         cx: &Context,
         ahead: Ahead,
     ) -> Result<Prepared<'a>> {
-        // The intervals the slice falls in, each with where its updates are.
-        let mut groups = Vec::new();
-        let mut i = 0;
-        while i < slice.len() {
-            let iv = st.index.find(&slice[i].key);
-            let next = st.index.next(&iv.key).map(|n| n.key);
-            let n = slice[i..].partition_point(|u| next.as_ref().is_none_or(|k| *u.key < **k));
-            groups.push((iv, i..i + n));
-            i += n;
-        }
+        let groups = groups(st, slice);
         let (olds, not_cached) = self.load_all(st, &groups, ahead)?;
         let mut records = self.records.lock();
         records.clear();
