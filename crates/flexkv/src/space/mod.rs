@@ -110,7 +110,7 @@ impl Spans {
     /// not record as written should not happen; read alone, the run says what is wrong).
     fn bytes(
         &mut self,
-        read: impl FnOnce(u64, &mut [u8]) -> Result<()>,
+        read: impl Fn(u64, &mut [u8]) -> Result<()>,
         i: usize,
         a: u64,
     ) -> Option<&[u8]> {
@@ -162,25 +162,44 @@ impl Placement {
                 buf.len()
             )));
         }
-        let file = &*self.data;
-        let mut spans = (self.runs.len() > 1).then(|| Spans::new(&self.runs, self.segment_size));
-        let mut at = 0usize;
-        for (i, r) in self.runs.iter().enumerate() {
-            let piece = &mut buf[at..at + r.len as usize];
-            let a = r
-                .addr
-                .unwrap_or_else(|| unreachable!("a placement has no holes"));
-            match spans
-                .as_mut()
-                .and_then(|sp| sp.bytes(|s, b| read_or_corrupt(file, b, s), i, a))
-            {
-                Some(bytes) => piece.copy_from_slice(&bytes[..piece.len()]),
-                None => read_or_corrupt(file, piece, a)?,
-            }
-            at += r.len as usize;
-        }
-        Ok(())
+        let read = |at: u64, b: &mut [u8]| read_or_corrupt(&*self.data, b, at);
+        fill_runs(&self.runs, self.segment_size, true, buf, read, read, |_| {
+            true
+        })
+        .map(drop)
     }
+}
+
+/// Fills `buf` with the bytes of `runs` (a range's pieces in logical order; holes read
+/// as zeros), after each run asking `more` (given the bytes filled so far) whether to
+/// go on; returns how many bytes were filled. With `spanned`, runs that share a span
+/// ([`Spans`]) come from one `read_span` of it; every other run is one `read_run`.
+fn fill_runs(
+    runs: &[Run],
+    segment_size: u64,
+    spanned: bool,
+    buf: &mut [u8],
+    read_span: impl Fn(u64, &mut [u8]) -> Result<()>,
+    read_run: impl Fn(u64, &mut [u8]) -> Result<()>,
+    mut more: impl FnMut(&[u8]) -> bool,
+) -> Result<usize> {
+    let mut spans = (spanned && runs.len() > 1).then(|| Spans::new(runs, segment_size));
+    let mut at = 0usize;
+    for (i, &Run { addr, len }) in runs.iter().enumerate() {
+        let piece = &mut buf[at..at + len as usize];
+        match addr {
+            None => piece.fill(0),
+            Some(a) => match spans.as_mut().and_then(|sp| sp.bytes(&read_span, i, a)) {
+                Some(bytes) => piece.copy_from_slice(&bytes[..piece.len()]),
+                None => read_run(a, piece)?,
+            },
+        }
+        at += len as usize;
+        if !more(&buf[..at]) {
+            break;
+        }
+    }
+    Ok(at)
 }
 
 /// Options of a [`FlexSpace`].
@@ -564,30 +583,19 @@ impl FlexSpace {
         off: u64,
         buf: &mut [u8],
         verify: bool,
-        mut more: impl FnMut(&[u8]) -> bool,
+        more: impl FnMut(&[u8]) -> bool,
     ) -> Result<(usize, usize)> {
         let mut runs = Vec::new();
         self.tree.query_into(off, buf.len() as u64, &mut runs)?;
-        let mut spans =
-            (!verify && runs.len() > 1).then(|| Spans::new(&runs, self.opts.segment_size));
-        let mut at = 0usize;
-        for (i, &Run { addr, len }) in runs.iter().enumerate() {
-            let piece = &mut buf[at..at + len as usize];
-            match addr {
-                None => piece.fill(0),
-                Some(a) => match spans
-                    .as_mut()
-                    .and_then(|sp| sp.bytes(|s, b| self.read_data_unverified(s, b), i, a))
-                {
-                    Some(bytes) => piece.copy_from_slice(&bytes[..piece.len()]),
-                    None => self.read_segments(a, piece, verify)?,
-                },
-            }
-            at += len as usize;
-            if !more(&buf[..at]) {
-                break;
-            }
-        }
+        let at = fill_runs(
+            &runs,
+            self.opts.segment_size,
+            !verify,
+            buf,
+            |s, b| self.read_data_unverified(s, b),
+            |a, b| self.read_segments(a, b, verify),
+            more,
+        )?;
         Ok((runs.len(), at))
     }
 
