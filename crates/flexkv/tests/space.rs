@@ -742,6 +742,49 @@ fn a_size_limit_gives_no_space_and_changes_nothing() {
     assert!(s.stats().segments <= 8);
 }
 
+/// `rewrite` moves a scattered range, given its bytes, into contiguous extents with
+/// one tag at its start: the tags inside it go, those around it stay, the content is
+/// unchanged, and so it is after a sync and a reopen.
+#[test]
+fn a_rewrite_makes_a_range_contiguous_with_one_tag() {
+    let vfs = FaultVfs::new(11);
+    let mut s = open(&vfs, opts());
+    let mut m = Vec::new();
+    // 40 pieces of 100 bytes, each inserted at the front of the last, and tagged.
+    for i in 0..40u8 {
+        let at = 1_000u64.min(m.len() as u64);
+        let b = bytes(100, i);
+        s.insert(at, &b).unwrap();
+        s.set_tag(at, 2).unwrap();
+        m.splice(at as usize..at as usize, b);
+    }
+    let (off, len) = (1_000, 2_500);
+    assert!(
+        s.extents_in(off, len) >= 20,
+        "{} extents",
+        s.extents_in(off, len)
+    );
+    let tags_around = (s.tag(0), s.tag(off + len));
+    let mut data = vec![0u8; len as usize];
+    s.read(off, &mut data).unwrap();
+    s.rewrite(off, &data, 7).unwrap();
+    assert!(s.extents_in(off, len) <= s.contiguous_extents(len));
+    assert_eq!(s.tag(off), Some(7));
+    assert_eq!(
+        s.next_tagged(off + 1).map(|(o, _)| o >= off + len),
+        Some(true)
+    );
+    assert_eq!((s.tag(0), s.tag(off + len)), tags_around);
+    assert_eq!(content(&s), m);
+    s.sync().unwrap();
+    s.check().unwrap();
+    drop(s);
+    let s = open(&vfs, opts());
+    assert_eq!(content(&s), m);
+    assert_eq!(s.tag(off), Some(7));
+    s.check().unwrap();
+}
+
 #[test]
 fn bad_arguments_are_refused_before_anything_changes() {
     let vfs = FaultVfs::new(10);
@@ -755,6 +798,10 @@ fn bad_arguments_are_refused_before_anything_changes() {
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(s.set_tag(5, 1), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        s.rewrite(3, b"lo!", 1),
+        Err(Error::InvalidArgument(_))
+    ));
     let mut buf = [0u8; 6];
     assert!(matches!(
         s.read(0, &mut buf),
@@ -1007,13 +1054,14 @@ fn an_unverified_read_takes_an_extents_split_halves_in_one_read() {
     for (runs, reads, filled) in [(1, 1, 1_500), (2, 2, 1_600), (3, 2, 3_100)] {
         let mut buf = vec![0u8; 3_100];
         let (before, mut seen) = (vfs.op_count(), 0);
-        let read = s
+        let (extents, read) = s
             .read_self_checked_while(0, &mut buf, |_| {
                 seen += 1;
                 seen < runs
             })
             .unwrap();
         assert_eq!(vfs.op_count() - before, reads, "reads for {runs} runs");
+        assert_eq!(extents, 3, "every extent of the range counted, read or not");
         assert_eq!(read, filled);
         assert_eq!(buf[..filled], m[..filled]);
     }

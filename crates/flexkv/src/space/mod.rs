@@ -519,14 +519,16 @@ impl FlexSpace {
     /// `more` (given the bytes of `buf` filled so far) whether to go on: a caller looking
     /// for one record in a range stops where it finds it, and runs further on cost no
     /// read unless they share one with a run already needed (see `Spans`).
-    /// Returns how many bytes were filled.
+    /// Returns how many extents map the whole range, read or not (as
+    /// [`read_self_checked`](Self::read_self_checked) does), and how many bytes were
+    /// filled.
     pub fn read_self_checked_while(
         &self,
         off: u64,
         buf: &mut [u8],
         more: impl FnMut(&[u8]) -> bool,
-    ) -> Result<usize> {
-        self.read_runs(off, buf, false, more).map(|(_, read)| read)
+    ) -> Result<(usize, usize)> {
+        self.read_runs(off, buf, false, more)
     }
 
     /// Where the `len` bytes at `off` lie in the data file, for reading them without
@@ -710,6 +712,14 @@ impl FlexSpace {
             .extents_from(off)
             .find(|e| e.offset >= off && e.tag != 0)
             .map(|e| (e.offset, e.tag))
+    }
+
+    /// The most extents `len` bytes written at once can take (as [`defrag`](Self::defrag)
+    /// writes them): one per maximal extent, and one more at each segment's end they
+    /// may cross. A range in more extents than this is scattered.
+    pub fn contiguous_extents(&self, len: u64) -> usize {
+        let (max, seg) = (self.opts.max_extent.max(1), self.opts.segment_size.max(1));
+        usize::try_from(len.div_ceil(max) + len.div_ceil(seg)).unwrap_or(usize::MAX)
     }
 
     /// How many extents map some byte of `[off, off + len)`: how scattered that range is.

@@ -408,9 +408,37 @@ impl FlexSpace {
             .filter(|e| e.offset >= off && e.tag != 0)
             .map(|e| (e.offset, e.tag))
             .collect();
+        self.put_over(off, &data, &tags)
+    }
+
+    /// [`defrag`](Self::defrag) of `[off, off + data.len())` for a caller that has
+    /// just read its bytes, `data`, and checked them: they are written into new,
+    /// contiguous extents, which carry one tag, `tag` on the first (none if 0),
+    /// whatever tags the old ones had (each tag inside the range would cut an extent
+    /// there). The content does not change if `data` is what the range holds, which
+    /// debug builds check.
+    pub fn rewrite(&mut self, off: u64, data: &[u8], tag: u8) -> Result<()> {
+        self.check_inside("rewrite", off, data.len() as u64)?;
+        if cfg!(debug_assertions) {
+            let mut now = vec![0u8; data.len()];
+            self.read(off, &mut now)?;
+            assert!(
+                now == data,
+                "rewrite of [{off}, +{}) with other bytes",
+                data.len()
+            );
+        }
+        let tags: &[(u64, u8)] = if tag != 0 { &[(off, tag)] } else { &[] };
+        self.put_over(off, data, tags)
+    }
+
+    /// Writes `data` over `[off, off + data.len())` into new extents, then sets
+    /// `tags`, as one change: the common part of [`defrag`](Self::defrag) and
+    /// [`rewrite`](Self::rewrite), which keep the content and so count no user bytes.
+    fn put_over(&mut self, off: u64, data: &[u8], tags: &[(u64, u8)]) -> Result<()> {
         self.guarded(|s| {
-            s.make_room_for(len)?;
-            s.put_data(&data, |s, at, addr, n| {
+            s.make_room_for(data.len() as u64)?;
+            s.put_data(data, |s, at, addr, n| {
                 s.record(LogOp::Overwrite {
                     off: off + at,
                     len: n,
