@@ -24,6 +24,10 @@ use crate::memtable::{self, KeyspaceId, Memtable, Value};
 use crate::sorted::commit::{Context, Update};
 use crate::{Error, Result};
 
+/// How soon the committer looks again for intervals to rewrite for the reads after a
+/// look that found some (otherwise it looks whenever it wakes: at least every
+/// `idle_commit` or `commit_interval`, whichever is shorter).
+const REWRITE_POLL: Duration = Duration::from_millis(10);
 /// Frozen memtables allowed before writers wait.
 const MAX_FROZEN: usize = 1;
 
@@ -193,6 +197,9 @@ impl Inner {
     /// commits what is left).
     pub(crate) fn committer_loop(&self) {
         let mut quiet = Quiet::default();
+        // The last look for intervals to rewrite for the reads found some: look again
+        // soon, since the reads queue more while the committer waits.
+        let mut rewriting = false;
         loop {
             {
                 let mut flags = self.signal.state.lock();
@@ -203,8 +210,27 @@ impl Inner {
                     if !self.tables.read().frozen.is_empty() {
                         break;
                     }
+                    let wanted = self.rewrites_wanted();
+                    // Rewrites for the reads; or, once a short wait brought no more, a
+                    // sync of those not yet durable.
+                    if wanted || (!rewriting && self.rewrites_unsynced()) {
+                        drop(flags);
+                        if let Err(e) = self.rewrite_for_reads(wanted) {
+                            self.fail_commit(e);
+                            return;
+                        }
+                        rewriting = wanted;
+                        flags = self.signal.state.lock();
+                        continue;
+                    }
                     match self.freeze_due(&mut quiet) {
                         Some(wait) => {
+                            let wait = if rewriting {
+                                wait.min(REWRITE_POLL)
+                            } else {
+                                wait
+                            };
+                            rewriting = false;
                             self.signal.cond.wait_for(&mut flags, wait);
                         }
                         None => {
@@ -228,6 +254,40 @@ impl Inner {
                 return;
             }
         }
+    }
+
+    /// Whether some keyspace has intervals for the committer to rewrite for the reads
+    /// ([`SortedStore::wanted`](crate::sorted::store::SortedStore::wanted)).
+    fn rewrites_wanted(&self) -> bool {
+        self.stores
+            .read()
+            .values()
+            .any(|s| !s.wanted.lock().is_empty())
+    }
+
+    /// Whether some keyspace has intervals rewritten for the reads and not yet synced.
+    fn rewrites_unsynced(&self) -> bool {
+        self.stores
+            .read()
+            .values()
+            .any(|s| s.rewrites_unsynced.load(Ordering::Relaxed) > 0)
+    }
+
+    /// Rewrites the intervals reads asked for (if `wanted`), or else syncs what was
+    /// rewritten, while there is nothing to commit: rewriting stops once a memtable
+    /// is frozen, so writers never wait for it.
+    fn rewrite_for_reads(&self, wanted: bool) -> Result<()> {
+        let stores: Vec<_> = self.stores.read().values().cloned().collect();
+        let frozen = || !self.tables.read().frozen.is_empty();
+        for store in stores {
+            let _commit = self.applying.lock();
+            if wanted {
+                store.rewrite_wanted(&self.holds, frozen)?;
+            } else {
+                store.sync_rewrites()?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the active memtable is to be frozen now (`None`: it has taken no write

@@ -57,6 +57,10 @@ pub struct Stats {
     /// second thread while the slice before theirs was applied (counted in
     /// `cache_misses` too).
     pub intervals_read_ahead: u64,
+    /// Intervals the committer rewrote contiguous, while it had nothing to commit,
+    /// because reads kept fetching them from the FlexSpace in scattered extents (see
+    /// the design's "reads that defragment").
+    pub read_defrags: u64,
     /// Intervals in the sparse indexes.
     pub intervals: u64,
     /// Bytes of memory the sparse indexes take.
@@ -180,6 +184,7 @@ impl Inner {
             cache_misses: sum(&|s| get(&s.counters.cache_misses)),
             defrags: sum(&|s| get(&s.counters.defrags)),
             intervals_read_ahead: sum(&|s| get(&s.counters.read_ahead)),
+            read_defrags: sum(&|s| get(&s.counters.read_defrags)),
             intervals: shapes.iter().map(|s| s.0).sum(),
             index_bytes: shapes.iter().map(|s| s.1).sum(),
             cache_bytes: shapes.iter().map(|s| s.2).sum(),

@@ -20,7 +20,7 @@ use super::history::{self, record_value};
 use super::index::{separator, Interval};
 use super::interval::Loaded;
 use super::record::{Record, RecordValue};
-use super::store::{SortedStore, State, HEAD};
+use super::store::{scattered, SortedStore, State, HEAD};
 use crate::memtable::{Value, Versions};
 use crate::mvcc::Snapshots;
 use crate::space::{FlexSpace, Placement};
@@ -33,6 +33,10 @@ pub(crate) const SLICE: usize = 1000;
 /// Intervals of a slice to read from the space before a second thread helps: by
 /// reading the next slice's intervals ahead, or this slice's other half.
 const PARALLEL_READS: usize = 32;
+/// Intervals rewritten for the reads per write section ([`SortedStore::rewrite_wanted`]).
+const REWRITE_SLICE: usize = 16;
+/// Intervals rewritten for the reads that may wait for a sync of the space.
+const REWRITE_SYNC: u64 = 1024;
 /// The longest the committer holds a keyspace's write lock before it lets waiting
 /// readers in (it checks between intervals, so a hold can pass it by one interval).
 const SECTION: Duration = Duration::from_micros(200);
@@ -494,6 +498,64 @@ impl SortedStore {
             self.broken.store(true, Ordering::Release);
         }
         r
+    }
+
+    /// Rewrites contiguous the intervals reads asked for ([`SortedStore::wanted`]), in
+    /// key order, [`REWRITE_SLICE`] at a time, until `stop` says to (the rest are
+    /// forgotten; reads that miss them again ask again). An interval is taken only if
+    /// one still starts at the key asked for and it is still
+    /// [`scattered`](super::store::scattered). The caller holds the database's commit
+    /// lock, so nothing else changes the store meanwhile: a slice's intervals are read
+    /// and checked under the shared lock, which readers pass, and only written under
+    /// the write lock. Their records do not change, so neither do the index and the
+    /// cache. The space is synced once [`REWRITE_SYNC`] rewrites wait for it (see
+    /// [`SortedStore::sync_rewrites`]). Returns how many intervals were rewritten.
+    pub(crate) fn rewrite_wanted(&self, holds: &LockHolds, stop: impl Fn() -> bool) -> Result<u64> {
+        let keys: Vec<Box<[u8]>> = std::mem::take(&mut *self.wanted.lock())
+            .into_iter()
+            .collect();
+        let mut done = 0;
+        for slice in keys.chunks(REWRITE_SLICE) {
+            if stop() {
+                break;
+            }
+            let read: Vec<(u64, Loaded)> = {
+                let st = self.state.read();
+                slice
+                    .iter()
+                    .filter_map(|key| {
+                        let iv = st.index.find(key);
+                        let extents = st.space.extents_in(iv.offset, iv.size);
+                        (*iv.key == **key && scattered(&st.space, &iv, extents)).then_some(iv)
+                    })
+                    .map(|iv| Ok((iv.offset, self.read_interval(&st.space, &iv)?)))
+                    .collect::<Result<_>>()?
+            };
+            if read.is_empty() {
+                continue;
+            }
+            self.locked(holds, |st| {
+                read.iter()
+                    .try_for_each(|(off, l)| st.space.rewrite(*off, l.bytes(), HEAD))
+            })?;
+            let n = read.len() as u64;
+            self.counters.read_defrags.fetch_add(n, Ordering::Relaxed);
+            done += n;
+        }
+        if self.rewrites_unsynced.fetch_add(done, Ordering::Relaxed) + done >= REWRITE_SYNC {
+            self.sync_rewrites()?;
+        }
+        Ok(done)
+    }
+
+    /// Syncs the space if intervals were rewritten for the reads since it last was
+    /// (unsynced, a crash only leaves them where they were; but the segments they
+    /// free are reused only once a sync has made that durable).
+    pub(crate) fn sync_rewrites(&self) -> Result<()> {
+        if self.rewrites_unsynced.load(Ordering::Relaxed) > 0 {
+            self.sync()?;
+        }
+        Ok(())
     }
 
     /// Removes the tombstones kept for snapshots that no snapshot needs any more.

@@ -8,6 +8,7 @@ pub(crate) mod commit;
 pub(crate) mod history;
 pub(crate) mod index;
 pub(crate) mod interval;
+mod misses;
 mod record;
 pub(crate) mod store;
 
