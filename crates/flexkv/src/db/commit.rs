@@ -275,14 +275,14 @@ impl Inner {
 
     /// Rewrites the intervals reads asked for (if `wanted`), or else syncs what was
     /// rewritten, while there is nothing to commit: rewriting stops once a memtable
-    /// is frozen, so writers never wait for it.
+    /// is frozen, so writers never wait for it, or the database is closing.
     fn rewrite_for_reads(&self, wanted: bool) -> Result<()> {
         let stores: Vec<_> = self.stores.read().values().cloned().collect();
-        let frozen = || !self.tables.read().frozen.is_empty();
+        let stop = || !self.tables.read().frozen.is_empty() || self.signal.state.lock().shutdown;
         for store in stores {
             let _commit = self.applying.lock();
             if wanted {
-                store.rewrite_wanted(&self.holds, frozen)?;
+                store.rewrite_wanted(&self.holds, stop)?;
             } else {
                 store.sync_rewrites()?;
             }

@@ -80,11 +80,13 @@ pub(crate) struct StoreCounters {
 /// ([`SortedStore::wanted`]); misses past it are not remembered.
 pub(crate) const REWRITES_WANTED: usize = 1024;
 /// The refused misses of a scattered interval, within about a window of
-/// [`MissCounts`], after which it is rewritten for the reads: the second. 3M UDB
-/// pairs, 1M-operation phases after the load (docs/benchmarks.md, twenty-third
-/// session): ycsb-c and ycsb-e 1.45 times as fast as without rewrites with 2, no
-/// faster with 4; with 8, a 10M run rewrote 12K intervals of 900K.
-const REWRITE_AFTER: u8 = 2;
+/// [`MissCounts`], after which it is rewritten for the reads: the eighth, so that only
+/// intervals the reads keep coming back to are rewritten (a 10M UDB run of ycsb-a, -c
+/// and -e rewrote 12K of 900K). With the second, nearly every interval a phase of
+/// ycsb-c or ycsb-e read was rewritten during it (545K at 10M, 1 GB), and throughput
+/// gained in some alternating pairs and lost in others (docs/benchmarks.md,
+/// twenty-third session): a gain from more rewrites is not shown yet.
+const REWRITE_AFTER: u8 = 8;
 /// Cache bytes per counter of [`MissCounts`]' rows (256 Ki counters for 256 MiB: a
 /// window of that many misses).
 const CACHE_BYTES_PER_MISS_COUNT: usize = 1 << 10;
