@@ -519,18 +519,21 @@ impl SortedStore {
             if stop() {
                 break;
             }
-            let read: Vec<(u64, Loaded)> = {
+            let mut read: Vec<(u64, Loaded)> = Vec::with_capacity(slice.len());
+            {
                 let st = self.state.read();
-                slice
-                    .iter()
-                    .filter_map(|key| {
-                        let iv = st.index.find(key);
-                        let extents = st.space.extents_in(iv.offset, iv.size);
-                        (*iv.key == **key && scattered(&st.space, &iv, extents)).then_some(iv)
-                    })
-                    .map(|iv| Ok((iv.offset, self.read_interval(&st.space, &iv)?)))
-                    .collect::<Result<_>>()?
-            };
+                for key in slice {
+                    let iv = st.index.find(key);
+                    if *iv.key != **key {
+                        continue;
+                    }
+                    // The read counts the extents from the same search of the tree.
+                    let (l, extents) = self.read_interval_counted(&st.space, &iv)?;
+                    if scattered(&st.space, &iv, extents) {
+                        read.push((iv.offset, l));
+                    }
+                }
+            }
             if read.is_empty() {
                 continue;
             }

@@ -502,7 +502,11 @@ impl SortedStore {
     }
 
     /// [`SortedStore::read_interval`], and how many extents hold the interval.
-    fn read_interval_counted(&self, space: &FlexSpace, iv: &Interval) -> Result<(Loaded, usize)> {
+    pub(crate) fn read_interval_counted(
+        &self,
+        space: &FlexSpace,
+        iv: &Interval,
+    ) -> Result<(Loaded, usize)> {
         let size =
             usize::try_from(iv.size).map_err(|_| self.corrupt(iv.offset, "huge interval"))?;
         let mut buf = vec![0; size];
