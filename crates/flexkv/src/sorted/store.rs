@@ -274,8 +274,12 @@ impl SortedStore {
         // Just missed: straight to the space, not through `load`'s second cache lookup.
         self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         let iv = st.index.find(key);
-        // The footprint is not known before the read; the interval's size stands in.
-        let size = usize::try_from(iv.size).unwrap_or(usize::MAX);
+        // The footprint is not known before the read: the interval's size and the
+        // overhead of a full one stand in. An estimate below it would let the cache
+        // take a read's interval as "room" and then evict for it.
+        let size = usize::try_from(iv.size)
+            .unwrap_or(usize::MAX)
+            .saturating_add(super::interval::overhead(self.split_pairs));
         let fits = self.fits(st);
         if !self.cache.admits(&iv.key, size, fits) {
             let (found, extents) = self.find_in_space(&st.space, &iv, key)?;
@@ -474,8 +478,7 @@ impl SortedStore {
         self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         let (l, extents) = self.read_interval_counted(&st.space, iv)?;
         let l = Arc::new(l);
-        let size = usize::try_from(iv.size).unwrap_or(usize::MAX);
-        if self.cache.admits(&iv.key, size, self.fits(st)) {
+        if self.cache.admits(&iv.key, l.footprint(), self.fits(st)) {
             self.cache_put(st, &iv.key, Arc::clone(&l));
         } else {
             self.want_rewrite(&st.space, iv, extents);
