@@ -665,6 +665,78 @@ fn a_commit_fills_the_cache_only_if_the_whole_keyspace_fits() {
     db.check().unwrap();
 }
 
+/// The interval cache and the in-memory indexes (the sparse index and the FlexTree)
+/// share one budget: as a keyspace grows, its indexes take more of the budget and the
+/// cache gets what they leave, evicting what no longer fits; once the indexes take more
+/// than seven eighths, the cache keeps an eighth.
+#[test]
+fn the_cache_gets_what_the_indexes_leave_of_the_budget() {
+    const BUDGET: usize = 1 << 20;
+    let vfs = FaultVfs::new(7);
+    let db = Db::builder(DIR)
+        .vfs(vfs.shared())
+        .cache_bytes(BUDGET)
+        .idle_commit(std::time::Duration::ZERO)
+        .open()
+        .unwrap();
+    let ks = db.default_keyspace();
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut written = 0u32;
+    // Writes `n` more keys in random order (each commit inserts records all over the
+    // space: many extents), commits them, then reads every key twice, which fills the
+    // cache as far as it may go.
+    let mut grow = |n: u32| {
+        let mut keys: Vec<u32> = (written..written + n).collect();
+        for i in (1..keys.len()).rev() {
+            keys.swap(i, rng.random_range(0..=i));
+        }
+        for chunk in keys.chunks(2000) {
+            let mut b = flexkv::WriteBatch::new();
+            b.durability(Durability::Buffered);
+            for &i in chunk {
+                b.put(&ks, &key(i), &val(i, 0)).unwrap();
+            }
+            db.write(b).unwrap();
+            db.flush().unwrap();
+        }
+        written += n;
+        for _ in 0..2 {
+            for i in 0..written {
+                assert_eq!(db.get(&key(i)).unwrap(), Some(val(i, 0)), "key {i}");
+            }
+        }
+        db.stats()
+    };
+    let small = grow(2_000);
+    let indexes = |s: &flexkv::Stats| s.index_bytes + s.space_tree_memory_bytes;
+    assert!(indexes(&small) < BUDGET as u64 / 4, "{small:?}");
+    assert_eq!(small.cache_capacity_bytes, BUDGET as u64 - indexes(&small));
+    assert!(small.cache_bytes <= small.cache_capacity_bytes, "{small:?}");
+
+    let large = grow(18_000);
+    assert!(indexes(&large) > 2 * indexes(&small), "{large:?}");
+    assert_eq!(
+        large.cache_capacity_bytes,
+        (BUDGET as u64 - indexes(&large)).max(BUDGET as u64 / 8)
+    );
+    // The records take about 1.7 MB: the cache is full, and the cache and the indexes
+    // stay within the budget.
+    assert!(
+        large.cache_bytes > large.cache_capacity_bytes * 3 / 4,
+        "{large:?}"
+    );
+    assert!(
+        large.cache_bytes + indexes(&large) <= BUDGET as u64,
+        "{large:?}"
+    );
+
+    let huge = grow(100_000);
+    assert!(indexes(&huge) > BUDGET as u64, "{huge:?}");
+    assert_eq!(huge.cache_capacity_bytes, BUDGET as u64 / 8);
+    assert!(huge.cache_bytes <= BUDGET as u64 / 8, "{huge:?}");
+    db.check().unwrap();
+}
+
 /// A scan's misses go through the cache's admission as a point read's do: one pass over
 /// a keyspace larger than the cache reads each interval once, and leaves the intervals
 /// point readers use in the cache, instead of putting every interval it read in and
@@ -676,7 +748,8 @@ fn a_scan_of_a_keyspace_larger_than_the_cache_leaves_the_readers_intervals_in_it
     let open = || {
         Db::builder(DIR)
             .vfs(vfs.shared())
-            .cache_bytes(256 << 10)
+            // The indexes take about 160 KB of it, the cache the rest.
+            .cache_bytes(416 << 10)
             .idle_commit(std::time::Duration::ZERO)
             .recovery_step(0) // intervals of at most 16 pairs after the reopen too
             .open()
@@ -694,7 +767,7 @@ fn a_scan_of_a_keyspace_larger_than_the_cache_leaves_the_readers_intervals_in_it
     }
     db.close().unwrap();
     // An empty cache. Keys 200 apart, each in an interval of its own; the records take
-    // about 3.6 MB, the readers' intervals about 170 KB of the 256 KiB cache.
+    // about 3.6 MB, the readers' intervals about 170 KB of the cache's 270 KB.
     let db = open();
     let ks = db.default_keyspace();
     let hot: Vec<u32> = (0..80).map(|i| i * 200).collect();

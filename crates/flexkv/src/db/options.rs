@@ -222,7 +222,12 @@ impl Builder {
         self
     }
 
-    /// The interval cache's budget in bytes, per keyspace (default 256 MiB).
+    /// The memory budget in bytes, per keyspace, of the interval cache and the
+    /// in-memory indexes together (default 256 MiB): the sparse index over the
+    /// intervals and the FlexTree over the data file grow with the keyspace, and the
+    /// cache gets what they leave, at least an eighth of the budget
+    /// ([`Stats::cache_capacity_bytes`](crate::Stats::cache_capacity_bytes)). The
+    /// memtables ([`Builder::memtable_size`]) are not part of it.
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
         self.opts.cache_bytes = bytes;
         self

@@ -67,6 +67,10 @@ pub struct Stats {
     pub index_bytes: u64,
     /// Bytes the interval caches hold.
     pub cache_bytes: u64,
+    /// Bytes the interval caches may hold now: each keyspace's budget
+    /// ([`Builder::cache_bytes`](crate::Builder::cache_bytes)) less what its sparse
+    /// index and FlexTree take, but never below an eighth of the budget.
+    pub cache_capacity_bytes: u64,
     /// Bytes written to the keyspaces' FlexSpaces (data, log and tree files).
     pub space_bytes: u64,
     /// Of `space_bytes`: the data files (records and GC relocations).
@@ -188,6 +192,7 @@ impl Inner {
             intervals: shapes.iter().map(|s| s.0).sum(),
             index_bytes: shapes.iter().map(|s| s.1).sum(),
             cache_bytes: shapes.iter().map(|s| s.2).sum(),
+            cache_capacity_bytes: sum(&|s| s.cache.capacity() as u64),
             space_bytes: shapes
                 .iter()
                 .map(|s| s.3.data_bytes_written + s.3.log_bytes_written + s.3.tree_bytes_written)

@@ -104,7 +104,9 @@ struct Ring {
 /// search of tens of thousands of entries misses the processor cache at nearly every
 /// level, and was two thirds of a cached point read's time.
 pub(crate) struct IntervalCache {
-    capacity: usize,
+    /// What the entries may take now: the budget less what the keyspace's indexes
+    /// take ([`IntervalCache::set_capacity`]).
+    capacity: AtomicUsize,
     map: SkipMap<MapKey, Arc<Entry>>,
     by_key: DashMap<MapKey, Arc<Loaded>, foldhash::fast::RandomState>,
     ring: Mutex<Ring>,
@@ -171,7 +173,7 @@ impl IntervalCache {
     /// An empty cache holding at most `capacity` bytes (0 caches nothing).
     pub(crate) fn new(capacity: usize) -> Self {
         IntervalCache {
-            capacity,
+            capacity: AtomicUsize::new(capacity),
             map: SkipMap::new(),
             by_key: DashMap::default(),
             ring: Mutex::new(Ring::default()),
@@ -275,7 +277,8 @@ impl IntervalCache {
             slot: 0,
         };
         let size = entry.footprint();
-        if size > self.capacity {
+        let capacity = self.capacity();
+        if size > capacity {
             self.remove_locked(&mut ring, key);
             return;
         }
@@ -283,8 +286,8 @@ impl IntervalCache {
         if let Some(old) = &old {
             ring.used -= old.footprint();
         }
-        while ring.used + size > self.capacity {
-            self.evict_one(&mut ring, key);
+        while ring.used + size > capacity {
+            self.evict_one(&mut ring, Some(key));
         }
         entry.slot = match &old {
             Some(old) => old.slot,
@@ -334,14 +337,14 @@ impl IntervalCache {
     pub(crate) fn would_hold(&self, bytes: u64, intervals: usize, pairs: usize) -> bool {
         let per_interval = PER_ENTRY + 4 * 16 + super::interval::overhead(pairs);
         let need = bytes.saturating_add((intervals as u64).saturating_mul(per_interval as u64));
-        need <= self.capacity as u64
+        need <= self.capacity() as u64
     }
 
     /// Whether an entry keyed `key` for an interval of `footprint` bytes fits beside
     /// what the cache holds, without evicting anything (its end key is counted as long
     /// as its key).
     fn has_room(&self, key: &[u8], footprint: usize) -> bool {
-        self.ring.lock().used + PER_ENTRY + 4 * key.len() + footprint <= self.capacity
+        self.ring.lock().used + PER_ENTRY + 4 * key.len() + footprint <= self.capacity()
     }
 
     /// Whether a read (a point read or a scan) that missed the interval keyed `key`
@@ -386,6 +389,22 @@ impl IntervalCache {
         }
     }
 
+    /// Bytes the entries may take now.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// Lets the entries take `capacity` bytes from now on, evicting by CLOCK until they
+    /// fit. The store calls this as its indexes grow and shrink, so that the cache and
+    /// the indexes share one budget.
+    pub(crate) fn set_capacity(&self, capacity: usize) {
+        let mut ring = self.ring.lock();
+        self.capacity.store(capacity, Ordering::Relaxed);
+        while ring.used > capacity {
+            self.evict_one(&mut ring, None);
+        }
+    }
+
     /// Bytes held.
     pub(crate) fn used(&self) -> usize {
         self.ring.lock().used
@@ -427,14 +446,14 @@ impl IntervalCache {
     /// Advances the hand: a referenced entry gets a second chance, the first one that
     /// is not goes. The entry keyed `keep` (being replaced) is not counted: its bytes
     /// were taken off already.
-    fn evict_one(&self, ring: &mut Ring, keep: &[u8]) {
+    fn evict_one(&self, ring: &mut Ring, keep: Option<&[u8]>) {
         debug_assert!(ring.used > 0, "evicting from an empty cache");
         loop {
             ring.hand = (ring.hand + 1) % ring.slots.len();
             let Some(s) = ring.slots[ring.hand].as_ref() else {
                 continue;
             };
-            if *s.key == *keep {
+            if keep == Some(&*s.key) {
                 continue;
             }
             if s.interval.referenced.take() {
@@ -496,6 +515,34 @@ mod tests {
         c.remove(b"a");
         assert!(c.get(b"a").is_none());
         assert_eq!((c.len(), c.used()), (2, 2 * one));
+    }
+
+    #[test]
+    fn a_smaller_capacity_evicts_until_the_entries_fit() {
+        let one = cost(b"b", 4);
+        let c = IntervalCache::new(4 * one);
+        // The first interval's key is the empty key; it must be evictable too.
+        for k in [&b""[..], b"b", b"c", b"d"] {
+            c.put(k, None, interval(4));
+        }
+        assert_eq!(c.len(), 4);
+        assert!(c.get(b"c").is_some());
+        c.set_capacity(one + 16);
+        assert_eq!((c.capacity(), c.len()), (one + 16, 1));
+        assert!(
+            c.get(b"c").is_some(),
+            "the referenced entry was the one kept"
+        );
+        c.put(b"e", None, interval(4));
+        assert_eq!(c.len(), 1, "puts keep to the new capacity");
+        c.set_capacity(0);
+        assert_eq!((c.len(), c.used()), (0, 0));
+        c.put(b"", None, interval(1));
+        assert_eq!(c.len(), 0, "nothing fits in nothing");
+        c.set_capacity(4 * one);
+        c.put(b"", None, interval(4));
+        c.put(b"b", None, interval(4));
+        assert_eq!(c.len(), 2, "room again");
     }
 
     #[test]

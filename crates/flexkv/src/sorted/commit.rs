@@ -213,6 +213,7 @@ impl SortedStore {
             }
             std::mem::swap(&mut slice, &mut next);
         }
+        self.fit_cache(&self.state.read());
         Ok(())
     }
 

@@ -730,10 +730,16 @@ impl FlexSpace {
             .count()
     }
 
+    /// Bytes of memory the FlexTree holds (see [`SpaceStats::tree_memory_bytes`]); a
+    /// walk of its nodes.
+    pub fn tree_memory_bytes(&self) -> u64 {
+        self.tree.memory_bytes()
+    }
+
     /// The counters.
     pub fn stats(&self) -> SpaceStats {
         SpaceStats {
-            tree_memory_bytes: self.tree.memory_bytes(),
+            tree_memory_bytes: self.tree_memory_bytes(),
             ..self.stats
         }
     }

@@ -125,7 +125,8 @@ impl EngineKind {
         match self {
             EngineKind::Flexkv => format!(
                 "Buffered batches (WAL, group commit, no fsync per write), Db::sync at phase end; \
-                 interval cache {cache} MiB, memtable {wb} MiB; values > 4 KiB separated; GC on"
+                 interval cache and in-memory indexes {cache} MiB together, memtable {wb} MiB; \
+                 values > 4 KiB separated; GC on"
             ),
             EngineKind::Rocksdb => format!(
                 "WAL on, sync=false, flush_wal(true) at phase end; LRU block cache {cache} MiB, \
