@@ -10,7 +10,7 @@
 //!   cut, or fail the n-th operation.
 //!
 //! The contract both keep, and that every component relies on:
-//! - `write_at` / `append` / `set_len` / `punch_hole` reach the device only after
+//! - `write_at` / `write_vectored_at` / `append` / `set_len` / `punch_hole` reach the device only after
 //!   `sync` of that file returns `Ok`.
 //! - Creating, renaming or removing a file reaches the device only after `sync_dir` of
 //!   its directory returns `Ok` (a synced file whose name was never made durable can
@@ -25,6 +25,7 @@ pub use fault::{CrashMode, FaultVfs};
 pub use real::RealVfs;
 
 use std::fmt;
+use std::io::IoSlice;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -73,6 +74,18 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize>;
     /// Writes all of `data` at `offset`, extending the file if needed.
     fn write_at(&self, data: &[u8], offset: u64) -> Result<()>;
+    /// Writes the slices of `bufs` one after another from `offset`, as one write: what
+    /// [`VfsFile::write_at`] of their concatenation does, without the caller copying
+    /// them into one buffer first. The default concatenates them and calls `write_at`
+    /// (so a file system with write semantics of its own, such as the fault-injecting
+    /// one, sees exactly one write).
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> Result<()> {
+        let mut data = Vec::with_capacity(bufs.iter().map(|b| b.len()).sum());
+        for b in bufs {
+            data.extend_from_slice(b);
+        }
+        self.write_at(&data, offset)
+    }
     /// Writes all of `data` at the current end of the file and returns the offset it was
     /// written at. Appends through one handle are serialized with each other.
     fn append(&self, data: &[u8]) -> Result<u64>;

@@ -84,7 +84,24 @@ impl Header {
 }
 
 /// Appends the record for `(ks, key, seq, value)` to `out`; returns its payload CRC.
+#[cfg(test)]
 pub(crate) fn encode(out: &mut Vec<u8>, ks: KeyspaceId, key: &[u8], seq: u64, value: &[u8]) -> u32 {
+    let payload_crc = encode_head(out, ks, key, seq, value);
+    out.extend_from_slice(value);
+    payload_crc
+}
+
+/// Appends all of the record for `(ks, key, seq, value)` but the value (its header and
+/// key) to `out`; returns its payload CRC, which covers the value too. The value's
+/// bytes must follow in the file: the value log writes them from where the caller
+/// holds them, not through a copy in `out`.
+pub(crate) fn encode_head(
+    out: &mut Vec<u8>,
+    ks: KeyspaceId,
+    key: &[u8],
+    seq: u64,
+    value: &[u8],
+) -> u32 {
     let payload_crc = crc32c::crc32c_append(crc32c::crc32c(key), value);
     let start = out.len();
     push_u32(out, 0);
@@ -96,7 +113,6 @@ pub(crate) fn encode(out: &mut Vec<u8>, ks: KeyspaceId, key: &[u8], seq: u64, va
     let crc = crc32c::crc32c(&out[start + 4..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(key);
-    out.extend_from_slice(value);
     payload_crc
 }
 
