@@ -259,20 +259,26 @@ mod tests {
         (tempfile::tempdir().unwrap(), RealVfs)
     }
 
+    /// A new file in `dir` on the real file system, and one in memory: the trait's
+    /// default methods, which the in-memory file system uses, are the reference for
+    /// the real file system's own.
+    fn real_and_memory_files(dir: &Path) -> (Arc<dyn VfsFile>, Arc<dyn VfsFile>) {
+        let real = RealVfs.open(&dir.join("f"), OpenMode::CreateNew).unwrap();
+        let fault = crate::io::FaultVfs::new(1);
+        fault.create_dir_all(Path::new("/d")).unwrap();
+        let mem = fault.open(Path::new("/d/f"), OpenMode::CreateNew).unwrap();
+        (real, mem)
+    }
+
     /// One `preadv` into two buffers reads what two `pread`s would, at the end of the
     /// file too (the trait's default, which the in-memory file system uses, is the
     /// reference).
     #[test]
     fn reading_into_two_buffers_matches_two_reads() {
-        let (dir, vfs) = vfs_in_tempdir();
+        let dir = tempfile::tempdir().unwrap();
         let data: Vec<u8> = (0..100u8).collect();
-        let real = vfs
-            .open(&dir.path().join("f"), OpenMode::CreateNew)
-            .unwrap();
+        let (real, mem) = real_and_memory_files(dir.path());
         real.append(&data).unwrap();
-        let fault = crate::io::FaultVfs::new(1);
-        fault.create_dir_all(Path::new("/d")).unwrap();
-        let mem = fault.open(Path::new("/d/f"), OpenMode::CreateNew).unwrap();
         mem.append(&data).unwrap();
         // (head, body, offset): inside, ending exactly at the end, past it in the body,
         // past it in the head, at the end, and an empty body.
@@ -301,13 +307,8 @@ mod tests {
     /// already there.
     #[test]
     fn writing_many_slices_matches_writing_their_concatenation() {
-        let (dir, vfs) = vfs_in_tempdir();
-        let real = vfs
-            .open(&dir.path().join("f"), OpenMode::CreateNew)
-            .unwrap();
-        let fault = crate::io::FaultVfs::new(1);
-        fault.create_dir_all(Path::new("/d")).unwrap();
-        let mem = fault.open(Path::new("/d/f"), OpenMode::CreateNew).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (real, mem) = real_and_memory_files(dir.path());
         // 2,500 pieces of 0..=40 bytes (some empty, one run of empties across a chunk
         // boundary), so that the slices span three calls.
         let pieces: Vec<Vec<u8>> = (0..2_500u32)
