@@ -170,8 +170,14 @@ const ENTRY_OVERHEAD: usize = 64;
 pub(crate) fn replaced_in_batch<'a>(
     ops: impl IntoIterator<Item = (KeyspaceId, &'a [u8], Option<Pointer>)>,
 ) -> Vec<(Pointer, usize)> {
-    let mut last: std::collections::HashMap<(KeyspaceId, &[u8]), Option<Pointer>> =
-        std::collections::HashMap::new();
+    // Sized for the whole batch and hashed with foldhash: with SipHash and growth by
+    // doubling this was 1.8% of a 4 KiB separated load's writer.
+    let ops = ops.into_iter();
+    let mut last: std::collections::HashMap<(KeyspaceId, &[u8]), Option<Pointer>, _> =
+        std::collections::HashMap::with_capacity_and_hasher(
+            ops.size_hint().0,
+            foldhash::fast::RandomState::default(),
+        );
     let mut out = Vec::new();
     for (ks, key, p) in ops {
         if let Some(Some(old)) = last.insert((ks, key), p) {
