@@ -212,7 +212,7 @@ fn point_reads_stay_right_while_intervals_split_and_merge() {
     }
     db.write(b).unwrap();
     let done = AtomicBool::new(false);
-    let (intervals_min, intervals_max) = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let (db, done) = (&db, &done);
         // Rewrites the lasting keys with values of new sizes.
         let rewriter = s.spawn(move || {
@@ -255,29 +255,21 @@ fn point_reads_stay_right_while_intervals_split_and_merge() {
                 })
             })
             .collect();
-        // Watches the interval count, to show that splits and merges happened. A thread
-        // of its own: the readers, which sampled it before, could be starved when the
-        // machine was busy and miss the swing.
-        let sampler = s.spawn(move || {
-            let (mut lo, mut hi) = (u64::MAX, 0);
-            while !done.load(Ordering::Relaxed) {
-                let n = db.stats().intervals;
-                (lo, hi) = (lo.min(n), hi.max(n));
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
-            (lo, hi)
-        });
         rewriter.join().unwrap();
         churner.join().unwrap();
         done.store(true, Ordering::Relaxed);
         readers.into_iter().for_each(|r| r.join().unwrap());
-        sampler.join().unwrap()
     });
     let s = db.stats();
     assert!(s.cache_hits > 1000, "reads did not use the cache: {s:?}");
+    // Splits and merges happened while the readers read, in every round (each round's
+    // fills take several commits of the 32 KiB memtables, its deletes at least one;
+    // runs here counted 228-293 splits and 153-214 merges). Counted by the committer:
+    // a thread sampling the interval count missed the swing on a busy machine.
+    let rounds = u64::from(ROUNDS);
     assert!(
-        intervals_max >= 2 * intervals_min,
-        "intervals went only from {intervals_min} to {intervals_max}: too few splits and merges"
+        s.interval_splits >= rounds && s.interval_merges >= rounds,
+        "too few splits and merges: {s:?}"
     );
     db.check().unwrap();
 }

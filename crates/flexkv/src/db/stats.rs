@@ -61,6 +61,11 @@ pub struct Stats {
     /// because reads kept fetching them from the FlexSpace in scattered extents (see
     /// the design's "reads that defragment").
     pub read_defrags: u64,
+    /// Intervals the committer split off a grown interval (one per new interval).
+    pub interval_splits: u64,
+    /// Intervals the committer merged into a neighbour (emptied ones, and two small
+    /// neighbours that fit in one).
+    pub interval_merges: u64,
     /// Intervals in the sparse indexes.
     pub intervals: u64,
     /// Bytes of memory the sparse indexes take.
@@ -189,6 +194,8 @@ impl Inner {
             defrags: sum(&|s| get(&s.counters.defrags)),
             intervals_read_ahead: sum(&|s| get(&s.counters.read_ahead)),
             read_defrags: sum(&|s| get(&s.counters.read_defrags)),
+            interval_splits: sum(&|s| get(&s.counters.splits)),
+            interval_merges: sum(&|s| get(&s.counters.merges)),
             intervals: shapes.iter().map(|s| s.0).sum(),
             index_bytes: shapes.iter().map(|s| s.1).sum(),
             cache_bytes: shapes.iter().map(|s| s.2).sum(),

@@ -820,6 +820,7 @@ impl SortedStore {
                 // The empty interval takes over its neighbour (its key is below all of
                 // the neighbour's), whose head tag stays where it is.
                 st.index.merge_next(&iv.key)?;
+                self.counters.merges.fetch_add(1, Ordering::Relaxed);
                 match self.cache.get(&next.key) {
                     Some(l) => self.cache_put(st, &iv.key, l),
                     None => self.cache.remove(&iv.key),
@@ -834,6 +835,7 @@ impl SortedStore {
                     .prev(&iv.key)
                     .unwrap_or_else(|| unreachable!("only the first interval has none before"));
                 st.index.merge_next(&prev.key)?;
+                self.counters.merges.fetch_add(1, Ordering::Relaxed);
             }
             return Ok(());
         }
@@ -850,6 +852,7 @@ impl SortedStore {
                     let other = self.load(st, &next)?;
                     if new.len() + other.len() <= self.split_pairs {
                         st.index.merge_next(&iv.key)?;
+                        self.counters.merges.fetch_add(1, Ordering::Relaxed);
                         st.space.set_tag(next.offset, 0)?;
                         self.recache(st, &iv.key, new.concat(&other), cached);
                         self.cache.remove(&next.key);
@@ -916,6 +919,7 @@ impl SortedStore {
         for (w, k) in starts.windows(2).zip(keys.windows(2)) {
             let at = (new.span(w[1]).0 - new.span(w[0]).0) as u64;
             st.index.split(k[0], at, k[1])?;
+            self.counters.splits.fetch_add(1, Ordering::Relaxed);
             st.space
                 .set_tag(iv.offset + new.span(w[1]).0 as u64, HEAD)?;
         }

@@ -76,6 +76,8 @@ pub(crate) struct StoreCounters {
     pub(crate) defrags: AtomicU64,
     pub(crate) read_ahead: AtomicU64,
     pub(crate) read_defrags: AtomicU64,
+    pub(crate) splits: AtomicU64,
+    pub(crate) merges: AtomicU64,
 }
 
 /// At most this many intervals wait to be rewritten for the reads
