@@ -27,6 +27,17 @@ fn val(i: u32, round: u32) -> Vec<u8> {
 
 /// A database at `/db` on `vfs` with small segments that caches no interval: every
 /// read of one goes to the space.
+/// Writes `key(i)` = `val(i, round)` for each of `keys` as one `Buffered` batch.
+fn put_buffered(db: &Db, keys: &[u32], round: u32) {
+    let ks = db.default_keyspace();
+    let mut b = flexkv::WriteBatch::new();
+    b.durability(Durability::Buffered);
+    for &i in keys {
+        b.put(&ks, &key(i), &val(i, round)).unwrap();
+    }
+    db.write(b).unwrap();
+}
+
 fn open_uncached(vfs: &FaultVfs) -> Db {
     Db::builder(DIR)
         .vfs(vfs.shared())
@@ -550,14 +561,8 @@ fn a_commit_leaves_the_intervals_readers_use_in_a_full_cache() {
             .unwrap()
     };
     let write = |db: &Db, keys: std::ops::Range<u32>, round: u32| {
-        let ks = db.default_keyspace();
         for chunk in keys.collect::<Vec<_>>().chunks(1000) {
-            let mut b = flexkv::WriteBatch::new();
-            b.durability(Durability::Buffered);
-            for &i in chunk {
-                b.put(&ks, &key(i), &val(i, round)).unwrap();
-            }
-            db.write(b).unwrap();
+            put_buffered(db, chunk, round);
         }
         db.flush().unwrap();
     };
@@ -679,7 +684,6 @@ fn the_cache_gets_what_the_indexes_leave_of_the_budget() {
         .idle_commit(std::time::Duration::ZERO)
         .open()
         .unwrap();
-    let ks = db.default_keyspace();
     let mut rng = SmallRng::seed_from_u64(7);
     let mut written = 0u32;
     // Writes `n` more keys in random order (each commit inserts records all over the
@@ -691,12 +695,7 @@ fn the_cache_gets_what_the_indexes_leave_of_the_budget() {
             keys.swap(i, rng.random_range(0..=i));
         }
         for chunk in keys.chunks(2000) {
-            let mut b = flexkv::WriteBatch::new();
-            b.durability(Durability::Buffered);
-            for &i in chunk {
-                b.put(&ks, &key(i), &val(i, 0)).unwrap();
-            }
-            db.write(b).unwrap();
+            put_buffered(&db, chunk, 0);
             db.flush().unwrap();
         }
         written += n;
@@ -756,14 +755,8 @@ fn a_scan_of_a_keyspace_larger_than_the_cache_leaves_the_readers_intervals_in_it
             .unwrap()
     };
     let db = open();
-    let ks = db.default_keyspace();
     for chunk in (0..N).collect::<Vec<_>>().chunks(1000) {
-        let mut b = flexkv::WriteBatch::new();
-        b.durability(Durability::Buffered);
-        for &i in chunk {
-            b.put(&ks, &key(i), &val(i, 0)).unwrap();
-        }
-        db.write(b).unwrap();
+        put_buffered(&db, chunk, 0);
     }
     db.close().unwrap();
     // An empty cache. Keys 200 apart, each in an interval of its own; the records take
