@@ -262,10 +262,11 @@ fn point_reads_stay_right_while_intervals_split_and_merge() {
     });
     let s = db.stats();
     assert!(s.cache_hits > 1000, "reads did not use the cache: {s:?}");
-    // Splits and merges happened while the readers read, in every round (each round's
-    // fills take several commits of the 32 KiB memtables, its deletes at least one;
-    // runs here counted 228-293 splits and 153-214 merges). Counted by the committer:
-    // a thread sampling the interval count missed the swing on a busy machine.
+    // Splits and merges happened while the readers read: at least as many of each as
+    // there were rounds (each round's fills take several commits of the 32 KiB
+    // memtables, its deletes at least one; runs here counted 228-293 splits and
+    // 153-214 merges). Counted by the committer: a thread sampling the interval count
+    // missed the swing on a busy machine.
     let rounds = u64::from(ROUNDS);
     assert!(
         s.interval_splits >= rounds && s.interval_merges >= rounds,

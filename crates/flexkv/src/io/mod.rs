@@ -10,8 +10,8 @@
 //!   cut, or fail the n-th operation.
 //!
 //! The contract both keep, and that every component relies on:
-//! - `write_at` / `write_vectored_at` / `append` / `set_len` / `punch_hole` reach the device only after
-//!   `sync` of that file returns `Ok`.
+//! - `write_at` / `write_vectored_at` / `append` / `set_len` / `punch_hole` reach the
+//!   device only after `sync` of that file returns `Ok`.
 //! - Creating, renaming or removing a file reaches the device only after `sync_dir` of
 //!   its directory returns `Ok` (a synced file whose name was never made durable can
 //!   vanish in a crash).

@@ -1,10 +1,9 @@
 //! [`RealVfs`]: the operating system's file system behind the [`Vfs`] trait.
 //!
 //! Positional reads and writes (`pread`/`pwrite`, and `preadv`/`pwritev` for several
-//! buffers at once), `fdatasync` for file syncs, an
-//! `fsync` of the directory for `sync_dir`, `fallocate(PUNCH_HOLE | KEEP_SIZE)` for
-//! holes, and `flock` for locks (so a second open of the same lock file conflicts even
-//! inside one process).
+//! buffers at once), `fdatasync` for file syncs, an `fsync` of the directory for
+//! `sync_dir`, `fallocate(PUNCH_HOLE | KEEP_SIZE)` for holes, and `flock` for locks (so
+//! a second open of the same lock file conflicts even inside one process).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{IoSlice, IoSliceMut};
