@@ -507,9 +507,10 @@ fn first_window(db: &super::Inner) -> usize {
 }
 
 /// The read-ahead window a scan starts with: the first one, or twice that if the last
-/// value a scan took waited on the device (the scan then starts on the device path).
+/// read through a pointer waited on the device (the scan then starts on the device
+/// path).
 fn start_window(db: &super::Inner) -> usize {
-    if db.readers.device() {
+    if db.vlog.device() {
         (2 * first_window(db)).min(READAHEAD)
     } else {
         first_window(db)
@@ -752,7 +753,7 @@ impl Iter {
             }
             let (got, slow) = a.job.take(a.item);
             let slow = slow || self.guard.db.opts.scan_reads_slow;
-            self.guard.db.readers.set_device(slow);
+            self.guard.db.vlog.set_device(slow);
             if slow {
                 // Reads wait on the device: keep more of them in flight.
                 self.batch = (self.batch * 2).min(READAHEAD);

@@ -17,6 +17,8 @@
 //!   vanish in a crash).
 //! - A failed operation changed nothing that a later successful `sync` would not also
 //!   have to re-do; callers treat a failed `sync` as fatal for what it covered.
+//! - A [`Mapped`] view ([`VfsFile::map`]) is only taken of bytes that nothing writes,
+//!   truncates or punches out while the view lives.
 
 mod fault;
 mod real;
@@ -26,6 +28,7 @@ pub use real::RealVfs;
 
 use std::fmt;
 use std::io::IoSlice;
+use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -125,6 +128,17 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
         Ok(n + self.read_at(body, offset + n as u64)?)
     }
 
+    /// A read-only view of the file's first `len` bytes in memory, or `None` where the
+    /// file system offers none (the default) or the file is shorter than `len`.
+    ///
+    /// The caller promises that those bytes are not written, truncated away or punched
+    /// out while the view lives (a sealed value-log segment). Reading through the view
+    /// makes no call on this file: it is not counted, and no fault is injected into it.
+    fn map(&self, len: u64) -> Option<Mapped> {
+        let _ = len;
+        None
+    }
+
     /// Reads exactly `buf.len()` bytes from `offset`; reaching the end of the file first
     /// is an [`Error::Io`] of kind `UnexpectedEof`.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -144,6 +158,34 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
             done += n;
         }
         Ok(())
+    }
+}
+
+/// A read-only view of a file's bytes in memory, from [`VfsFile::map`]: on the real file
+/// system the page cache's pages mapped into the process (`mmap`), so a read through it
+/// is a copy out of memory, with no system call and no buffer to fill first; on the
+/// in-memory one a copy of the bytes.
+pub struct Mapped(Held);
+
+enum Held {
+    Mmap(memmap2::Mmap),
+    Copy(Box<[u8]>),
+}
+
+impl Deref for Mapped {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Held::Mmap(m) => m,
+            Held::Copy(b) => b,
+        }
+    }
+}
+
+impl fmt::Debug for Mapped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mapped").field("len", &self.len()).finish()
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rustix::fs::{fallocate, FallocateFlags};
 
-use super::{FileLock, OpenMode, Vfs, VfsFile};
+use super::{FileLock, Held, Mapped, OpenMode, Vfs, VfsFile};
 use crate::{Error, Result};
 
 /// The operating system's file system.
@@ -128,6 +128,32 @@ fn open_noatime(opts: &OpenOptions, path: &Path) -> std::io::Result<File> {
 impl VfsFile for RealFile {
     fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `mmap` of the first `len` bytes, read-only and shared (so it reads the page
+    /// cache itself), advised `MADV_RANDOM`: a page that is not in memory is then read
+    /// alone when touched, not with a read-ahead window around it. `None` if the file is
+    /// shorter than `len` (touching a mapped page past the end would raise `SIGBUS`) or
+    /// the kernel refuses the mapping.
+    #[allow(unsafe_code)]
+    fn map(&self, len: u64) -> Option<Mapped> {
+        let size = usize::try_from(len).ok().filter(|&n| n > 0)?;
+        if self.file.metadata().ok()?.len() < len {
+            return None;
+        }
+        // SAFETY: `memmap2` hands out the mapping as `&[u8]`, which Rust assumes no one
+        // changes. The caller of `VfsFile::map` promises that nothing in this process
+        // writes, truncates or punches the first `len` bytes while the view lives (the
+        // value log maps only sealed segments, which are only ever read and, once GC
+        // has emptied them, unlinked: the mapping keeps the unlinked file's pages). The
+        // database's lock file keeps other flexkv processes out of the directory; a
+        // process that ignores it and rewrites a sealed segment breaks that promise, and
+        // the value log copies a value out before checking its checksum, so such a
+        // change is caught as corruption rather than returned.
+        let map = unsafe { memmap2::MmapOptions::new().len(size).map(&self.file) }.ok()?;
+        // Only advice: a refusal changes how pages are read, not what.
+        let _ = map.advise(memmap2::Advice::Random);
+        Some(Mapped(Held::Mmap(map)))
     }
 
     fn read_two_at(&self, head: &mut [u8], body: &mut [u8], offset: u64) -> Result<usize> {
@@ -267,6 +293,27 @@ mod tests {
         fault.create_dir_all(Path::new("/d")).unwrap();
         let mem = fault.open(Path::new("/d/f"), OpenMode::CreateNew).unwrap();
         (real, mem)
+    }
+
+    /// A mapping shows the file's first bytes, on the real file system and in memory
+    /// alike; it is refused for more bytes than the file holds (touching a mapped page
+    /// past the end would be `SIGBUS`) and for none; the file growing past it later
+    /// leaves what it shows alone.
+    #[test]
+    fn a_mapping_shows_the_first_bytes_and_never_more_than_the_file_holds() {
+        let (dir, _vfs) = vfs_in_tempdir();
+        let (real, mem) = real_and_memory_files(dir.path());
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        for f in [&real, &mem] {
+            f.write_at(&data, 0).unwrap();
+            let m = f.map(6_000).expect("a mapping of written bytes");
+            assert_eq!(&m[..], &data[..6_000], "{}", f.path().display());
+            assert_eq!(&f.map(10_000).unwrap()[..], &data[..]);
+            assert!(f.map(10_001).is_none(), "past the end");
+            assert!(f.map(0).is_none(), "nothing to map");
+            f.write_at(b"more", 10_000).unwrap();
+            assert_eq!(&m[..], &data[..6_000]);
+        }
     }
 
     /// One `preadv` into two buffers reads what two `pread`s would, at the end of the

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::RunRead;
+use super::{slow, RunRead};
 use crate::Result;
 
 /// A read handed to the reader threads.
@@ -64,12 +64,6 @@ fn spin_until(done: impl Fn() -> bool) -> bool {
             return done();
         }
     }
-}
-
-/// Whether a read of `bytes` that took `took` waited on the device: longer than 50 µs
-/// plus 1 ns a byte (the page cache copies several bytes a nanosecond).
-fn slow(took: Duration, bytes: u64) -> bool {
-    took > Duration::from_micros(50) + Duration::from_nanos(bytes)
 }
 
 impl Job {
@@ -159,9 +153,6 @@ pub(crate) enum First {
 #[derive(Debug)]
 pub(crate) struct Readers {
     threads: usize,
-    /// The last value a scan took waited on the device: the next scan starts as one
-    /// that has seen that.
-    device: AtomicBool,
     queue: Arc<Queue>,
     started: OnceLock<bool>,
 }
@@ -204,21 +195,8 @@ impl Readers {
     pub(crate) fn new(threads: usize) -> Readers {
         Readers {
             threads,
-            device: AtomicBool::new(false),
             queue: Arc::default(),
             started: OnceLock::new(),
-        }
-    }
-
-    /// Whether the last value a scan took waited on the device.
-    pub(crate) fn device(&self) -> bool {
-        self.device.load(Ordering::Relaxed)
-    }
-
-    /// Records whether the value a scan just took waited on the device.
-    pub(crate) fn set_device(&self, yes: bool) {
-        if self.device() != yes {
-            self.device.store(yes, Ordering::Relaxed);
         }
     }
 

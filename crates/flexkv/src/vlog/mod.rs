@@ -15,6 +15,12 @@
 //!   the WAL replay then drops entries that point past a segment's valid end.
 //! - Every read checks the header CRC, the payload CRC, the pointer's check value and the
 //!   key, and returns [`Error::Corruption`] on any mismatch.
+//! - A segment is mapped into memory ([`VfsFile::map`]) only once sealed (no longer the
+//!   active one), and so never changes while mapped. Reads of its records copy the value
+//!   out of the mapping and check the copy, with no system call, while the page cache
+//!   holds the segment; once a read has waited on the device they use `pread` (a fault
+//!   on a mapped page reads one page and blocks), until a read is served at page-cache
+//!   speed again ([`ValueLog::device`]).
 //!
 //! Every segment's bytes are accounted exactly, by who holds them (the private `usage`
 //! module); the database's GC collects segments by those counts, relocating what is live.
@@ -32,12 +38,13 @@ pub use usage::SegmentUsage;
 use std::collections::BTreeMap;
 use std::io::IoSlice;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::io::{Numbered, OpenMode, Vfs, VfsFile};
+use crate::io::{Mapped, Numbered, OpenMode, Vfs, VfsFile};
 use crate::memtable::KeyspaceId;
 use crate::{Error, Result};
 use record::{Header, HEADER_LEN};
@@ -106,6 +113,9 @@ pub(crate) struct Wanted {
 #[derive(Debug)]
 pub(crate) struct RunRead {
     file: Arc<dyn VfsFile>,
+    /// The segment's mapping, if it has one and reads were not waiting on the device
+    /// when the run was planned: the run is then copied out of it.
+    map: Option<Arc<Mapped>>,
     /// In file order; never empty.
     items: Vec<Wanted>,
 }
@@ -120,6 +130,11 @@ impl RunRead {
     /// checked; the results are in the order of [`RunRead::items`].
     pub(crate) fn read(&self) -> Vec<Result<Vec<u8>>> {
         let file = self.file.as_ref();
+        if let Some(map) = &self.map {
+            return (self.items.iter())
+                .map(|w| read_record(file, Some(map), &w.ptr, w.ks, &w.key))
+                .collect();
+        }
         if let [w] = &self.items[..] {
             // One record: its value is read straight into the buffer returned.
             return vec![read_direct(file, &w.ptr, w.ks, &w.key)];
@@ -143,6 +158,33 @@ impl RunRead {
     }
 }
 
+/// A segment's handle, and its mapping once sealed.
+#[derive(Clone, Debug)]
+struct Segment {
+    file: Arc<dyn VfsFile>,
+    /// `None` while the segment is the active one, or if the file system maps nothing.
+    map: Option<Arc<Mapped>>,
+}
+
+impl Segment {
+    /// A sealed segment of `len` bytes, mapped if the file system can.
+    fn sealed(file: Arc<dyn VfsFile>, len: u64) -> Segment {
+        let map = file.map(len).map(Arc::new);
+        Segment { file, map }
+    }
+
+    /// The active segment (never mapped: it grows, and its tail may be cut).
+    fn active(file: Arc<dyn VfsFile>) -> Segment {
+        Segment { file, map: None }
+    }
+}
+
+/// Whether a read of `bytes` that took `took` waited on the device: longer than 50 µs
+/// plus 1 ns a byte (the page cache copies several bytes a nanosecond).
+pub(crate) fn slow(took: Duration, bytes: u64) -> bool {
+    took > Duration::from_micros(50) + Duration::from_nanos(bytes)
+}
+
 /// The value log of one database directory.
 #[derive(Debug)]
 pub(crate) struct ValueLog {
@@ -150,8 +192,10 @@ pub(crate) struct ValueLog {
     dir: PathBuf,
     segment_size: u64,
     active: Mutex<Active>,
-    /// Every segment's handle, for reads.
-    segments: RwLock<BTreeMap<u32, Arc<dyn VfsFile>>>,
+    /// Every segment's handle (and mapping), for reads.
+    segments: RwLock<BTreeMap<u32, Segment>>,
+    /// The last read through a pointer waited on the device ([`ValueLog::device`]).
+    device: AtomicBool,
     /// Who holds which bytes of every segment.
     usage: Mutex<Usage>,
     /// Segments GC removed since open: a pointer into one of them was read before
@@ -176,6 +220,17 @@ impl ValueLog {
         for (&id, file) in &segments {
             usage.segments.entry(id).or_default().total = file.len()?;
         }
+        let last = segments.last_key_value().map(|(&id, _)| id);
+        let mut held = BTreeMap::new();
+        for (&id, file) in &segments {
+            let file = Arc::clone(file);
+            let seg = if Some(id) == last {
+                Segment::active(file)
+            } else {
+                Segment::sealed(file, usage.segments[&id].total)
+            };
+            held.insert(id, seg);
+        }
         let active = match segments.last_key_value() {
             Some((&id, file)) => {
                 let len = valid_prefix(file.as_ref())?;
@@ -189,7 +244,7 @@ impl ValueLog {
             }
             None => {
                 let file = create_segment(vfs.as_ref(), dir, 1)?;
-                segments.insert(1, Arc::clone(&file));
+                held.insert(1, Segment::active(Arc::clone(&file)));
                 usage.segments.entry(1).or_default();
                 Active {
                     id: 1,
@@ -204,7 +259,8 @@ impl ValueLog {
             dir: dir.to_path_buf(),
             segment_size,
             active: Mutex::new(active),
-            segments: RwLock::new(segments),
+            segments: RwLock::new(held),
+            device: AtomicBool::new(false),
             usage: Mutex::new(usage),
             retired: RwLock::new(Default::default()),
             bytes_written: AtomicU64::new(0),
@@ -313,7 +369,13 @@ impl ValueLog {
         }
         let id = a.id + 1;
         let file = create_segment(self.vfs.as_ref(), &self.dir, id)?;
-        self.segments.write().insert(id, Arc::clone(&file));
+        // The old active segment is sealed: nothing changes it again.
+        let sealed = Segment::sealed(Arc::clone(&a.file), a.len);
+        {
+            let mut segments = self.segments.write();
+            segments.insert(a.id, sealed);
+            segments.insert(id, Segment::active(Arc::clone(&file)));
+        }
         self.usage.lock().segments.entry(id).or_default();
         *a = Active {
             id,
@@ -339,7 +401,7 @@ impl ValueLog {
     /// the valid part of its segment: false for pointers a crash left dangling.
     pub(crate) fn holds(&self, ptr: &Pointer, key_len: usize) -> Result<bool> {
         let file = match self.segments.read().get(&ptr.segment) {
-            Some(f) => Arc::clone(f),
+            Some(seg) => Arc::clone(&seg.file),
             None => return Ok(false),
         };
         let a = self.active.lock();
@@ -433,8 +495,8 @@ impl ValueLog {
         ks: KeyspaceId,
         key: &[u8],
     ) -> Result<Option<Vec<u8>>> {
-        let file = self.segments.read().get(&ptr.segment).cloned();
-        let Some(file) = file else {
+        let seg = self.segments.read().get(&ptr.segment).cloned();
+        let Some(seg) = seg else {
             if self.retired.read().contains(&ptr.segment) {
                 return Ok(None);
             }
@@ -444,7 +506,26 @@ impl ValueLog {
                 "pointer to a value-log segment that does not exist",
             ));
         };
-        read_direct(file.as_ref(), ptr, ks, key).map(Some)
+        let map = seg.map.filter(|_| !self.device());
+        let t0 = Instant::now();
+        let value = read_record(seg.file.as_ref(), map.as_deref(), ptr, ks, key)?;
+        self.set_device(slow(t0.elapsed(), u64::from(ptr.len)));
+        Ok(Some(value))
+    }
+
+    /// Whether the last read through a pointer waited on the device. Reads then leave
+    /// the mappings alone: a page a mapping misses is read by a fault, one page at a
+    /// time and only when touched, where `pread` asks for the whole record at once (and
+    /// a scan's reader threads keep many such reads in flight).
+    pub(crate) fn device(&self) -> bool {
+        self.device.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the read just done waited on the device.
+    pub(crate) fn set_device(&self, yes: bool) {
+        if self.device() != yes {
+            self.device.store(yes, Ordering::Relaxed);
+        }
     }
 
     /// Plans a scan's read-ahead (WiscKey §3.3.1): records of `want` that lie back to
@@ -455,6 +536,7 @@ impl ValueLog {
     /// segment later does not disturb it.
     pub(crate) fn plan_reads(&self, mut want: Vec<Wanted>) -> Vec<RunRead> {
         want.sort_by_key(|w| (w.ptr.segment, w.ptr.offset));
+        let mapped = !self.device();
         let segments = self.segments.read();
         // Each run with the first order among its values.
         let mut runs: Vec<(u64, RunRead)> = Vec::new();
@@ -472,12 +554,12 @@ impl ValueLog {
                     continue;
                 }
             }
-            if let Some(file) = segments.get(&w.ptr.segment) {
-                let file = Arc::clone(file);
+            if let Some(seg) = segments.get(&w.ptr.segment) {
                 runs.push((
                     w.order,
                     RunRead {
-                        file,
+                        file: Arc::clone(&seg.file),
+                        map: seg.map.clone().filter(|_| mapped),
                         items: vec![w],
                     },
                 ));
@@ -489,11 +571,8 @@ impl ValueLog {
 
     /// Reads every whole record of sealed segment `id`, in order (GC's scan).
     pub(crate) fn scan_segment(&self, id: u32) -> Result<Vec<Scanned>> {
-        let file = self
-            .segments
-            .read()
-            .get(&id)
-            .cloned()
+        let file = (self.segments.read().get(&id))
+            .map(|seg| Arc::clone(&seg.file))
             .ok_or_else(|| Error::invalid(format!("value-log segment {id} does not exist")))?;
         let len = file.len()?;
         let size = usize::try_from(len)
@@ -564,7 +643,7 @@ impl ValueLog {
             .segments
             .read()
             .iter()
-            .map(|(&i, f)| (i, Arc::clone(f)))
+            .map(|(&i, f)| (i, Arc::clone(&f.file)))
             .collect();
         let (active_id, active_len) = {
             let a = self.active.lock();
@@ -627,6 +706,33 @@ fn read_full(file: &dyn VfsFile, buf: &mut [u8], offset: u64) -> Result<()> {
         done += n;
     }
     Ok(())
+}
+
+/// The value of record `ptr` of `(ks, key)`, checked as [`read_direct`] checks it:
+/// copied out of `map` when the mapping holds the whole record, else read from `file`.
+/// The copy is what is checked, so the bytes returned are the bytes the checksum
+/// covered.
+fn read_record(
+    file: &dyn VfsFile,
+    map: Option<&Mapped>,
+    ptr: &Pointer,
+    ks: KeyspaceId,
+    key: &[u8],
+) -> Result<Vec<u8>> {
+    let rec = map.and_then(|m| {
+        let start = usize::try_from(ptr.offset).ok()?;
+        let len = usize::try_from(ptr.record_len(key.len())).ok()?;
+        m.get(start..start.checked_add(len)?)
+    });
+    let Some(rec) = rec else {
+        return read_direct(file, ptr, ks, key);
+    };
+    let (head, payload) = rec.split_at(HEADER_LEN + key.len());
+    let stored_key = &head[HEADER_LEN..];
+    let value = payload.to_vec();
+    let payload_crc = crc32c::crc32c_append(crc32c::crc32c(stored_key), &value);
+    check_record(head, payload_crc, stored_key, file.path(), ptr, ks, key)?;
+    Ok(value)
 }
 
 /// Reads the record `ptr` of `(ks, key)` with the header and key in one buffer and the

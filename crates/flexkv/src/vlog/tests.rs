@@ -176,3 +176,100 @@ fn a_group_written_from_slices_is_the_encoded_records() {
         }
     }
 }
+
+/// Keys of `put`'s values.
+fn key(i: usize) -> Vec<u8> {
+    format!("key{i}").into_bytes()
+}
+
+/// Runs `read` and returns how many operations it made on the file system.
+fn calls(vfs: &FaultVfs, read: impl FnOnce()) -> u64 {
+    let before = vfs.op_count();
+    read();
+    vfs.op_count() - before
+}
+
+/// Sealed segments are read from their mappings (no call on the file), the active one
+/// from the file; once a read has waited on the device, sealed segments are read from
+/// the file as well, until a read is served fast again.
+#[test]
+fn sealed_segments_are_read_from_their_mappings_until_a_read_waits_on_the_device() {
+    let vfs = FaultVfs::new(7);
+    let log = open(&vfs, 1000);
+    let ptrs: Vec<_> = (0..30).map(|i| put(&log, i)).collect();
+    let active = log.active_segment();
+    let read = |i: usize| assert_eq!(log.read(&ptrs[i], 0, &key(i)).unwrap(), value(i));
+    let sealed: Vec<usize> = (0..30).filter(|&i| ptrs[i].segment < active).collect();
+    assert!(sealed.len() > 20, "small segments must roll");
+    for &i in &sealed {
+        // A read slower than the page cache (a busy machine) would set the flag.
+        log.set_device(false);
+        assert_eq!(calls(&vfs, || read(i)), 0, "value {i}: from the mapping");
+    }
+    assert_eq!(ptrs[29].segment, active);
+    assert!(
+        calls(&vfs, || read(29)) > 0,
+        "the active segment: from the file"
+    );
+
+    log.set_device(true);
+    assert!(
+        calls(&vfs, || read(sealed[0])) > 0,
+        "after a slow read: the file"
+    );
+    // The in-memory file system answers at page-cache speed, so a read soon clears the
+    // flag (soon: a busy machine may make one slow).
+    let cleared = (0..10).any(|_| {
+        read(sealed[1]);
+        !log.device()
+    });
+    assert!(cleared, "fast reads clear the flag");
+    log.set_device(false);
+    assert_eq!(calls(&vfs, || read(sealed[2])), 0);
+}
+
+/// A damaged record in a mapped segment is corruption, whether read alone or in a run
+/// with its neighbour (which still reads back), and no call on the file is made.
+#[test]
+fn a_damaged_record_in_a_mapped_segment_is_corruption() {
+    let vfs = FaultVfs::new(8);
+    let log = open(&vfs, 1000);
+    let ptrs: Vec<_> = (0..30).map(|i| put(&log, i)).collect();
+    log.sync().unwrap();
+    let active = log.active_segment();
+    // Two neighbours in one sealed segment.
+    let i = (0..29)
+        .find(|&i| ptrs[i].segment == ptrs[i + 1].segment && ptrs[i].segment < active)
+        .unwrap();
+    let p = ptrs[i];
+    drop(log);
+    let path = Path::new(DIR).join(segment_name(p.segment));
+    let mut bytes = vfs.contents(&path).unwrap();
+    bytes[(p.offset + p.record_len(key(i).len())) as usize - 1] ^= 1; // last value byte
+    vfs.set_contents(&path, bytes).unwrap();
+    let log = open(&vfs, 1000);
+    assert!(!log.device());
+    let n = calls(&vfs, || {
+        let got = log.read(&p, 0, &key(i));
+        assert!(matches!(got, Err(Error::Corruption { .. })), "{got:?}");
+    });
+    assert_eq!(n, 0, "read from the mapping");
+    let want = |j: usize, order| Wanted {
+        ptr: ptrs[j],
+        ks: 0,
+        key: key(j).into(),
+        order,
+    };
+    let runs = log.plan_reads(vec![want(i, 0), want(i + 1, 1)]);
+    assert_eq!(runs.len(), 1, "neighbours make one run");
+    let n = calls(&vfs, || {
+        let got = runs[0].read();
+        assert!(
+            matches!(got[0], Err(Error::Corruption { .. })),
+            "{:?}",
+            got[0]
+        );
+        assert_eq!(got[1].as_ref().unwrap(), &value(i + 1));
+    });
+    assert_eq!(n, 0, "the run too");
+}

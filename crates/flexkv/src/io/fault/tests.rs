@@ -259,3 +259,22 @@ fn open_modes_and_missing_parents_are_errors() {
     assert!(vfs.remove(&dir().join("missing")).is_err());
     assert!(vfs.list(Path::new("/nowhere")).is_err());
 }
+
+/// A view of a file is a copy of its bytes taken without an operation: no count, so no
+/// crash point and no injected fault; a handle from before a crash maps nothing.
+#[test]
+fn a_mapping_counts_no_operation_and_dies_with_its_handle() {
+    let vfs = fresh(9);
+    let f = durable_file(&vfs, "m", b"mapped bytes");
+    let before = vfs.op_count();
+    vfs.fail_after(1); // the next operation fails: a mapping is none
+    let m = f.map(6).expect("a copy of the first bytes");
+    assert_eq!(&m[..], b"mapped");
+    assert_eq!(vfs.op_count(), before, "no operation counted");
+    assert!(
+        f.len().is_err(),
+        "the fault still waits for the next operation"
+    );
+    vfs.crash(CrashMode::DropUnsynced);
+    assert!(f.map(6).is_none(), "a stale handle");
+}
