@@ -391,8 +391,8 @@ fn a_crash_while_intervals_are_rewritten_for_reads_loses_nothing() {
     drop(db);
     // The committer's timing differs from run to run (and more on a busy machine), so
     // a point may land before or after every rewrite: further rounds of points, offset
-    // from the first, run until a quarter of the runs died in the middle (at most
-    // three rounds).
+    // from the first, run until a quarter of a round's worth (four runs) died in the
+    // middle (at most three rounds).
     let mut died_after_some = 0;
     let mut n = 0;
     while n < POINTS || (died_after_some < POINTS / 4 && n < 3 * POINTS) {
