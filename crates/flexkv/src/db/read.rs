@@ -193,7 +193,7 @@ impl Snapshot {
             epoch: None,
             buf_forward: true,
             buf_end: false,
-            ahead: HashMap::new(),
+            ahead: HashMap::default(),
             ahead_bytes: 0,
             issued: 0,
             taken: 0,
@@ -279,7 +279,7 @@ pub struct Iter {
     /// Values handed to the reader threads, by pointer (the job and the item in it): a
     /// record's bytes never change, so a value read ahead is right whenever its pointer
     /// comes up.
-    ahead: HashMap<Pointer, Ahead>,
+    ahead: HashMap<Pointer, Ahead, foldhash::fast::RandomState>,
     /// The value bytes in `ahead`.
     ahead_bytes: u64,
     /// The order the next value handed to the readers gets (they are handed in scan
