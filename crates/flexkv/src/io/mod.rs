@@ -132,7 +132,7 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     /// file system offers none (the default) or the file is shorter than `len`.
     ///
     /// The caller promises that those bytes are not written, truncated away or punched
-    /// out while the view lives (a sealed value-log segment). Reading through the view
+    /// out while the view lives (a value-log segment's whole records). Reading through the view
     /// makes no call on this file: it is not counted, and no fault is injected into it.
     fn map(&self, len: u64) -> Option<Mapped> {
         let _ = len;

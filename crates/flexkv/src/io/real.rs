@@ -144,8 +144,9 @@ impl VfsFile for RealFile {
         // SAFETY: `memmap2` hands out the mapping as `&[u8]`, which Rust assumes no one
         // changes. The caller of `VfsFile::map` promises that nothing in this process
         // writes, truncates or punches the first `len` bytes while the view lives (the
-        // value log maps only sealed segments, which are only ever read and, once GC
-        // has emptied them, unlinked: the mapping keeps the unlinked file's pages). The
+        // value log maps a segment only up to the end of its whole records: appends go
+        // past that, open cuts a torn tail only past it, and GC unlinks a sealed segment
+        // whole, whose pages the mapping keeps). The
         // database's lock file keeps other flexkv processes out of the directory; a
         // process that ignores it and rewrites a sealed segment breaks that promise, and
         // the value log copies a value out before checking its checksum, so such a

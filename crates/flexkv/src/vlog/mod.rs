@@ -15,12 +15,14 @@
 //!   the WAL replay then drops entries that point past a segment's valid end.
 //! - Every read checks the header CRC, the payload CRC, the pointer's check value and the
 //!   key, and returns [`Error::Corruption`] on any mismatch.
-//! - A segment is mapped into memory ([`VfsFile::map`]) only once sealed (no longer the
-//!   active one), and so never changes while mapped. Reads of its records copy the value
-//!   out of the mapping and check the copy, with no system call, while the page cache
-//!   holds the segment; once a read has waited on the device they use `pread` (a fault
-//!   on a mapped page reads one page and blocks), until a run of reads is served at
-//!   page-cache speed again ([`ValueLog::device`]).
+//! - Only bytes that never change are mapped into memory ([`VfsFile::map`]): a sealed
+//!   segment whole, and the active one up to its length when last mapped (appends go
+//!   past it, and open cuts only past the last whole record; it is mapped again as it
+//!   grows). Reads of a record inside a mapping copy the value out and check the copy,
+//!   with no system call, while the page cache holds the segment; once a read has
+//!   waited on the device they use `pread` (a fault on a mapped page reads one page and
+//!   blocks), until a run of reads is served at page-cache speed again
+//!   ([`ValueLog::device`]).
 //!
 //! Every segment's bytes are accounted exactly, by who holds them (the private `usage`
 //! module); the database's GC collects segments by those counts, relocating what is live.
@@ -79,7 +81,14 @@ struct Active {
     file: Arc<dyn VfsFile>,
     len: u64,
     synced: bool,
+    /// How much of the segment its mapping covers (0: none yet).
+    mapped: u64,
 }
+
+/// The active segment is mapped again once the bytes appended past its mapping reach
+/// this, or an eighth of the segment, whichever is more: a mapping costs a system call
+/// (and a copy on the in-memory file system), so not one per append.
+const MAP_STEP: u64 = 1 << 20;
 
 /// One record as GC's scan finds it.
 #[derive(Debug)]
@@ -158,22 +167,24 @@ impl RunRead {
     }
 }
 
-/// A segment's handle, and its mapping once sealed.
+/// A segment's handle, and a mapping of its bytes: all of them once sealed, the
+/// active segment's up to where it was last mapped.
 #[derive(Clone, Debug)]
 struct Segment {
     file: Arc<dyn VfsFile>,
-    /// `None` while the segment is the active one, or if the file system maps nothing.
+    /// `None` if the file system maps nothing, or a new active segment is not yet
+    /// mapped.
     map: Option<Arc<Mapped>>,
 }
 
 impl Segment {
-    /// A sealed segment of `len` bytes, mapped if the file system can.
+    /// A segment whose first `len` bytes never change, mapped if the file system can.
     fn sealed(file: Arc<dyn VfsFile>, len: u64) -> Segment {
         let map = file.map(len).map(Arc::new);
         Segment { file, map }
     }
 
-    /// The active segment (never mapped: it grows, and its tail may be cut).
+    /// A new, empty active segment.
     fn active(file: Arc<dyn VfsFile>) -> Segment {
         Segment { file, map: None }
     }
@@ -233,23 +244,24 @@ impl ValueLog {
         let last = segments.last_key_value().map(|(&id, _)| id);
         let mut held = BTreeMap::new();
         for (&id, file) in &segments {
-            let file = Arc::clone(file);
-            let seg = if Some(id) == last {
-                Segment::active(file)
-            } else {
-                Segment::sealed(file, usage.segments[&id].total)
-            };
-            held.insert(id, seg);
+            if Some(id) != last {
+                let seg = Segment::sealed(Arc::clone(file), usage.segments[&id].total);
+                held.insert(id, seg);
+            }
         }
         let active = match segments.last_key_value() {
             Some((&id, file)) => {
                 let len = valid_prefix(file.as_ref())?;
                 usage.segments.entry(id).or_default().total = len;
+                // Its whole records are mapped; a torn tail after them is not, and
+                // `cut_tail` cuts only past them.
+                held.insert(id, Segment::sealed(Arc::clone(file), len));
                 Active {
                     id,
                     file: Arc::clone(file),
                     len,
                     synced: true,
+                    mapped: len,
                 }
             }
             None => {
@@ -261,6 +273,7 @@ impl ValueLog {
                     file,
                     len: 0,
                     synced: true,
+                    mapped: 0,
                 }
             }
         };
@@ -350,6 +363,15 @@ impl ValueLog {
         a.len += total;
         a.synced = false;
         let id = a.id;
+        if a.len - a.mapped >= MAP_STEP.max(a.len / 8) {
+            // Bytes below `len` never change: appends go past it, and open cuts only
+            // past the last whole record.
+            let map = a.file.map(a.len).map(Arc::new);
+            if let Some(seg) = self.segments.write().get_mut(&id) {
+                seg.map = map;
+            }
+            a.mapped = a.len;
+        }
         drop(a);
         self.bytes_written.fetch_add(total, Ordering::Relaxed);
         {
@@ -392,6 +414,7 @@ impl ValueLog {
             file,
             len: 0,
             synced: true,
+            mapped: 0,
         };
         Ok(())
     }

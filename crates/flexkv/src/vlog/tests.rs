@@ -274,3 +274,63 @@ fn a_damaged_record_in_a_mapped_segment_is_corruption() {
     });
     assert_eq!(n, 0, "the run too");
 }
+
+/// The active segment is mapped up to its length once [`MAP_STEP`] bytes have been
+/// appended past its last mapping: records inside the mapping are read with no call on
+/// the file, records appended since through the file. Reopened, its whole records are
+/// mapped, a torn tail after them is not, and cutting the tail leaves the mapping right.
+#[test]
+fn the_active_segment_is_mapped_as_it_grows_and_at_open() {
+    let vfs = FaultVfs::new(9);
+    let log = open(&vfs, 64 << 20);
+    let big = |i: usize| vec![i as u8; 64 << 10];
+    let append = |i: usize| {
+        let (k, v) = (key(i), big(i));
+        let nv = NewValue {
+            ks: 0,
+            key: &k,
+            seq: i as u64,
+            value: &v,
+        };
+        log.append(&[nv]).unwrap()[0]
+    };
+    let read = |p: &Pointer, i: usize| assert_eq!(log.read(p, 0, &key(i)).unwrap(), big(i));
+    // Fifteen records of 64 KiB: under a mebibyte, not mapped yet.
+    let mut ptrs: Vec<Pointer> = (0..15).map(append).collect();
+    assert!(calls(&vfs, || read(&ptrs[0], 0)) > 0, "not mapped yet");
+    // The sixteenth passes a mebibyte: everything so far is mapped.
+    ptrs.push(append(15));
+    for (i, p) in ptrs.iter().enumerate() {
+        log.clear_device();
+        assert_eq!(
+            calls(&vfs, || read(p, i)),
+            0,
+            "record {i}: from the mapping"
+        );
+    }
+    ptrs.push(append(16));
+    assert!(
+        calls(&vfs, || read(&ptrs[16], 16)) > 0,
+        "appended since: the file"
+    );
+    assert_eq!(ptrs.iter().map(|p| p.segment).max(), Some(1), "one segment");
+    log.sync().unwrap();
+    drop(log);
+
+    // A torn tail: half a record after the last whole one.
+    let path = Path::new(DIR).join(segment_name(1));
+    let mut bytes = vfs.contents(&path).unwrap();
+    let whole = bytes.len();
+    bytes.extend_from_within(..5_000);
+    vfs.set_contents(&path, bytes).unwrap();
+    let log = open(&vfs, 64 << 20);
+    log.cut_tail().unwrap();
+    assert_eq!(vfs.contents(&path).unwrap().len(), whole);
+    for (i, p) in ptrs.iter().enumerate() {
+        log.clear_device();
+        let n = calls(&vfs, || {
+            assert_eq!(log.read(p, 0, &key(i)).unwrap(), big(i))
+        });
+        assert_eq!(n, 0, "record {i} after reopening: from the mapping");
+    }
+}
