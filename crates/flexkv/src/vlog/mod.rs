@@ -139,7 +139,13 @@ impl RunRead {
     /// checked; the results are in the order of [`RunRead::items`].
     pub(crate) fn read(&self) -> Vec<Result<Vec<u8>>> {
         let file = self.file.as_ref();
-        if let Some(map) = &self.map {
+        let first = self.items[0].ptr;
+        let last = &self.items[self.items.len() - 1];
+        let end = last.ptr.offset + last.ptr.record_len(last.key.len());
+        // A run appended to the active segment since its last mapping is read below,
+        // with one call, not one per record.
+        let map = (self.map.as_ref()).filter(|m| end <= m.len() as u64);
+        if let Some(map) = map {
             return (self.items.iter())
                 .map(|w| read_record(file, Some(map), &w.ptr, w.ks, &w.key))
                 .collect();
@@ -148,9 +154,7 @@ impl RunRead {
             // One record: its value is read straight into the buffer returned.
             return vec![read_direct(file, &w.ptr, w.ks, &w.key)];
         }
-        let first = self.items[0].ptr;
-        let last = &self.items[self.items.len() - 1];
-        let len = last.ptr.offset + last.ptr.record_len(last.key.len()) - first.offset;
+        let len = end - first.offset;
         let mut buf = vec![0; len as usize];
         if let Err(e) = read_full(file, &mut buf, first.offset) {
             return self.items.iter().map(|_| Err(e.duplicate())).collect();
@@ -179,13 +183,13 @@ struct Segment {
 
 impl Segment {
     /// A segment whose first `len` bytes never change, mapped if the file system can.
-    fn sealed(file: Arc<dyn VfsFile>, len: u64) -> Segment {
+    fn mapped(file: Arc<dyn VfsFile>, len: u64) -> Segment {
         let map = file.map(len).map(Arc::new);
         Segment { file, map }
     }
 
     /// A new, empty active segment.
-    fn active(file: Arc<dyn VfsFile>) -> Segment {
+    fn empty(file: Arc<dyn VfsFile>) -> Segment {
         Segment { file, map: None }
     }
 }
@@ -245,7 +249,7 @@ impl ValueLog {
         let mut held = BTreeMap::new();
         for (&id, file) in &segments {
             if Some(id) != last {
-                let seg = Segment::sealed(Arc::clone(file), usage.segments[&id].total);
+                let seg = Segment::mapped(Arc::clone(file), usage.segments[&id].total);
                 held.insert(id, seg);
             }
         }
@@ -255,7 +259,7 @@ impl ValueLog {
                 usage.segments.entry(id).or_default().total = len;
                 // Its whole records are mapped; a torn tail after them is not, and
                 // `cut_tail` cuts only past them.
-                held.insert(id, Segment::sealed(Arc::clone(file), len));
+                held.insert(id, Segment::mapped(Arc::clone(file), len));
                 Active {
                     id,
                     file: Arc::clone(file),
@@ -266,7 +270,7 @@ impl ValueLog {
             }
             None => {
                 let file = create_segment(vfs.as_ref(), dir, 1)?;
-                held.insert(1, Segment::active(Arc::clone(&file)));
+                held.insert(1, Segment::empty(Arc::clone(&file)));
                 usage.segments.entry(1).or_default();
                 Active {
                     id: 1,
@@ -402,11 +406,11 @@ impl ValueLog {
         let id = a.id + 1;
         let file = create_segment(self.vfs.as_ref(), &self.dir, id)?;
         // The old active segment is sealed: nothing changes it again.
-        let sealed = Segment::sealed(Arc::clone(&a.file), a.len);
+        let sealed = Segment::mapped(Arc::clone(&a.file), a.len);
         {
             let mut segments = self.segments.write();
             segments.insert(a.id, sealed);
-            segments.insert(id, Segment::active(Arc::clone(&file)));
+            segments.insert(id, Segment::empty(Arc::clone(&file)));
         }
         self.usage.lock().segments.entry(id).or_default();
         *a = Active {

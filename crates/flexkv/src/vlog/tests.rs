@@ -313,6 +313,22 @@ fn the_active_segment_is_mapped_as_it_grows_and_at_open() {
         calls(&vfs, || read(&ptrs[16], 16)) > 0,
         "appended since: the file"
     );
+    // A run of neighbours past the mapping is one read, not one per record.
+    ptrs.push(append(17));
+    let want = |j: usize, order| Wanted {
+        ptr: ptrs[j],
+        ks: 0,
+        key: key(j).into(),
+        order,
+    };
+    let runs = log.plan_reads(vec![want(16, 0), want(17, 1)]);
+    assert_eq!(runs.len(), 1, "neighbours make one run");
+    let n = calls(&vfs, || {
+        let got = runs[0].read();
+        assert_eq!(got[0].as_ref().unwrap(), &big(16));
+        assert_eq!(got[1].as_ref().unwrap(), &big(17));
+    });
+    assert_eq!(n, 1, "one read for the run");
     assert_eq!(ptrs.iter().map(|p| p.segment).max(), Some(1), "one segment");
     log.sync().unwrap();
     drop(log);
