@@ -510,7 +510,8 @@ impl SortedStore {
     /// and checked under the shared lock, which readers pass, and only written under
     /// the write lock. Their records do not change, so neither do the index and the
     /// cache. The space is synced once [`REWRITE_SYNC`] rewrites wait for it (see
-    /// [`SortedStore::sync_rewrites`]). Returns how many intervals were rewritten.
+    /// [`SortedStore::sync_rewrites`]), and the cache refitted to the smaller tree.
+    /// Returns how many intervals were rewritten.
     pub(crate) fn rewrite_wanted(&self, holds: &LockHolds, stop: impl Fn() -> bool) -> Result<u64> {
         let keys: Vec<Box<[u8]>> = std::mem::take(&mut *self.wanted.lock())
             .into_iter()
@@ -546,6 +547,11 @@ impl SortedStore {
             self.counters.read_defrags.fetch_add(n, Ordering::Relaxed);
             done += n;
         }
+        if done > 0 {
+            // Fewer extents take fewer tree nodes: the cache gets what they gave back
+            // now, not at the next commit, which a read-only phase may never bring.
+            self.fit_cache(&self.state.read());
+        }
         if self.rewrites_unsynced.fetch_add(done, Ordering::Relaxed) + done >= REWRITE_SYNC {
             self.sync_rewrites()?;
         }
@@ -554,10 +560,12 @@ impl SortedStore {
 
     /// Syncs the space if intervals were rewritten for the reads since it last was
     /// (unsynced, a crash only leaves them where they were; but the segments they
-    /// free are reused only once a sync has made that durable).
+    /// free are reused only once a sync has made that durable). The sync may move
+    /// extents out of emptied segments, so the cache is refitted after it.
     pub(crate) fn sync_rewrites(&self) -> Result<()> {
         if self.rewrites_unsynced.load(Ordering::Relaxed) > 0 {
             self.sync()?;
+            self.fit_cache(&self.state.read());
         }
         Ok(())
     }
