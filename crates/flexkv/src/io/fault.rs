@@ -156,6 +156,25 @@ impl DirOp {
 enum Fail {
     Once(u64),
     From(u64),
+    /// Every operation that changes or syncs what the disk holds, from this count of
+    /// them on; reads go on.
+    ChangesFrom(u64),
+}
+
+/// The operations that change what a file or directory holds, or make it durable.
+fn changes(op: &str) -> bool {
+    matches!(
+        op,
+        "write"
+            | "append"
+            | "set_len"
+            | "punch_hole"
+            | "sync"
+            | "rename"
+            | "remove"
+            | "create_dir"
+            | "sync_dir"
+    )
 }
 
 struct State {
@@ -169,6 +188,8 @@ struct State {
     next_lock: u64,
     generation: u64,
     ops: u64,
+    /// Those of `ops` that [`changes`] names.
+    changes: u64,
     fail: Option<Fail>,
     rng: SplitMix64,
 }
@@ -221,9 +242,12 @@ impl State {
     /// Counts one operation and fails it if a fault is planned for it.
     fn begin(&mut self, op: &'static str, path: &Path) -> Result<()> {
         self.ops += 1;
+        let change = changes(op);
+        self.changes += u64::from(change);
         let fail = match self.fail {
             Some(Fail::Once(n)) => self.ops == n,
             Some(Fail::From(n)) => self.ops >= n,
+            Some(Fail::ChangesFrom(n)) => change && self.changes >= n,
             None => false,
         };
         if fail {
@@ -315,6 +339,7 @@ impl FaultVfs {
                 next_lock: 1,
                 generation: 0,
                 ops: 0,
+                changes: 0,
                 fail: None,
                 rng: SplitMix64(seed),
             })),
@@ -360,6 +385,24 @@ impl FaultVfs {
     pub fn fail_from(&self, n: u64) {
         let mut s = self.state.lock();
         s.fail = Some(Fail::From(s.ops + n.max(1)));
+    }
+
+    /// How many of the operations counted by [`FaultVfs::op_count`] changed or synced
+    /// what a file or directory holds (writes, appends, length changes, punched holes,
+    /// syncs, renames, removals, new directories), failed ones included.
+    pub fn change_count(&self) -> u64 {
+        self.state.lock().changes
+    }
+
+    /// Makes the `n`-th operation that changes or syncs what the disk holds from now
+    /// (see [`FaultVfs::change_count`]) and every such one after it fail, while reads
+    /// go on: a disk whose writes fail, as a file system remounted read-only after an
+    /// error behaves. A workload whose reads interleave with a background thread's
+    /// writes in an order that varies from run to run dies at the same point of the
+    /// writes each time. Until [`FaultVfs::clear_faults`] or a crash.
+    pub fn fail_changes_from(&self, n: u64) {
+        let mut s = self.state.lock();
+        s.fail = Some(Fail::ChangesFrom(s.changes + n.max(1)));
     }
 
     /// Cancels any planned failure.

@@ -202,6 +202,49 @@ fn fail_from_fails_every_later_operation_until_cleared() {
 }
 
 #[test]
+fn fail_changes_from_fails_only_what_changes_the_disk_counting_from_now() {
+    let vfs = fresh(10);
+    let f = durable_file(&vfs, "f", b"ab");
+    let g = durable_file(&vfs, "g", b"");
+    let (ops, changes) = (vfs.op_count(), vfs.change_count());
+    vfs.fail_changes_from(2);
+    // Reads are neither counted as changes nor failed.
+    let mut buf = [0u8; 2];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 2);
+    assert_eq!(f.len().unwrap(), 2);
+    assert!(vfs.list(&dir()).is_ok());
+    // The first change from now passes; the second and every later one fail.
+    g.append(b"1").unwrap();
+    assert!(matches!(
+        g.append(b"2"),
+        Err(Error::Io { op: "append", .. })
+    ));
+    assert!(matches!(f.sync(), Err(Error::Io { op: "sync", .. })));
+    assert!(matches!(
+        f.punch_hole(0, 1),
+        Err(Error::Io {
+            op: "punch_hole",
+            ..
+        })
+    ));
+    assert!(matches!(
+        vfs.sync_dir(&dir()),
+        Err(Error::Io { op: "sync_dir", .. })
+    ));
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 2);
+    assert_eq!(&buf, b"ab");
+    assert_eq!(
+        vfs.change_count(),
+        changes + 5,
+        "failed changes are counted too"
+    );
+    assert_eq!(vfs.op_count(), ops + 9);
+    vfs.clear_faults();
+    g.append(b"3").unwrap();
+    assert_eq!(read_all(&vfs, "g").unwrap(), b"13");
+}
+
+#[test]
 fn handles_are_stale_and_locks_released_after_a_crash() {
     let vfs = fresh(9);
     let f = durable_file(&vfs, "f", b"x");
