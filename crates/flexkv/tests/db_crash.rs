@@ -24,7 +24,7 @@ use rand::{Rng, SeedableRng};
 
 const DIR: &str = "/db";
 const THREADS: usize = 3;
-const BATCHES: usize = 30;
+const BATCHES: usize = 40;
 const CRASH_POINTS: u64 = 1000;
 
 fn open(vfs: &FaultVfs) -> flexkv::Result<Db> {

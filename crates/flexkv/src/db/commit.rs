@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::Inner;
-use crate::memtable::{self, KeyspaceId, Memtable, Value};
+use crate::memtable::{self, ChunkPool, KeyspaceId, Memtable, Value};
 use crate::sorted::commit::{Context, Update};
 use crate::{Error, Result};
 
@@ -50,15 +50,22 @@ pub(crate) struct Tables {
     /// Bumped whenever the list changes (a freeze, a commit), so an iterator knows
     /// when the memtables it holds are still the ones to read.
     pub(crate) generation: u64,
+    /// The memory committed memtables leave for the next ones.
+    pub(crate) pool: Arc<ChunkPool>,
 }
 
 impl Tables {
-    pub(crate) fn new(frozen: Option<Frozen>, memtable_size: usize) -> Tables {
+    pub(crate) fn new(
+        frozen: Option<Frozen>,
+        memtable_size: usize,
+        pool: Arc<ChunkPool>,
+    ) -> Tables {
         Tables {
-            active: Arc::new(Memtable::with_size(memtable_size)),
+            active: Arc::new(Memtable::with_pool(memtable_size, &pool)),
             born: Instant::now(),
             frozen: frozen.into_iter().collect(),
             generation: 0,
+            pool,
         }
     }
 
@@ -175,7 +182,7 @@ impl Inner {
             self.poisoned.store(true, Ordering::Release);
         })?;
         let mut t = self.tables.write();
-        let fresh = Arc::new(Memtable::with_size(self.opts.memtable_size));
+        let fresh = Arc::new(Memtable::with_pool(self.opts.memtable_size, &t.pool));
         let table = std::mem::replace(&mut t.active, fresh);
         t.born = Instant::now();
         t.generation += 1;
@@ -299,6 +306,11 @@ impl Inner {
         let t = self.tables.read();
         if t.active.is_empty() {
             *quiet = Quiet::default();
+            // Writes have stopped and all is committed: the memory kept for the next
+            // memtables goes back, so an idle database does not hold it.
+            let pool = Arc::clone(&t.pool);
+            drop(t);
+            pool.clear();
             return Some(if idle.is_zero() {
                 every
             } else {

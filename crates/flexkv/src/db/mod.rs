@@ -38,12 +38,12 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::io::{FileLock, Vfs};
-use crate::memtable::{self, KeyspaceId, Memtable, Value};
+use crate::memtable::{self, BatchEntry, ChunkPool, KeyspaceId, Memtable, Value};
 use crate::mvcc::{Snapshots, Visibility};
 use crate::sorted::commit::LockHolds;
 use crate::sorted::history;
 use crate::sorted::store::{SortedStore, StoreOptions};
-use crate::vlog::{Holder, Pointer, Readers, ValueLog};
+use crate::vlog::{Holder, Readers, ValueLog};
 use crate::wal::format::Op;
 use crate::wal::group::GroupCommit;
 use crate::wal::sync::SyncPoint;
@@ -288,19 +288,23 @@ impl Db {
         for e in &manifest.keyspaces {
             stores.insert(e.id, Arc::new(open_store(&opts, path, e.id)?));
         }
-        let memtable = Memtable::with_size(opts.memtable_size);
+        let pool = Arc::new(ChunkPool::default());
+        let memtable = Memtable::with_pool(opts.memtable_size, &pool);
+        let mut entries = Vec::new();
         for g in &recovered.groups {
             for (i, batch) in g.batches.iter().enumerate() {
                 let seq = g.first + i as u64;
-                let ops: Vec<(KeyspaceId, &[u8], Option<Pointer>)> = batch
-                    .iter()
-                    .map(|op| replay(&memtable, &vlog, &manifest, path, seq, op))
-                    .collect::<Result<_>>()?;
-                if ops.len() > 1 {
+                for op in batch {
+                    entries.push(replay(&vlog, &manifest, path, op)?);
+                }
+                if entries.len() > 1 {
+                    let ops =
+                        (entries.iter()).map(|(ks, k, v)| (*ks, &k[..], memtable::separated(v)));
                     for (p, key_len) in memtable::replaced_in_batch(ops) {
                         vlog.hold(&p, key_len, Some(Holder::Memory), None);
                     }
                 }
+                memtable.insert_batch(seq, &mut entries);
             }
         }
         let mut manifest = manifest;
@@ -326,7 +330,7 @@ impl Db {
             last_seq: last,
             wal_through: wal.active_segment() - 1,
         });
-        let tables = Tables::new(frozen, opts.memtable_size);
+        let tables = Tables::new(frozen, opts.memtable_size, pool);
         let inner = Arc::new(Inner {
             id: NEXT_DB_ID.fetch_add(1, Ordering::Relaxed),
             dir: path.to_path_buf(),
@@ -776,16 +780,8 @@ fn check_keyspace_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Puts one recovered op into the memtable; returns its keyspace, key and separated
-/// value's pointer (for [`memtable::replaced_in_batch`]).
-fn replay<'a>(
-    memtable: &Memtable,
-    vlog: &ValueLog,
-    manifest: &Manifest,
-    dir: &Path,
-    seq: u64,
-    op: &'a Op,
-) -> Result<(KeyspaceId, &'a [u8], Option<Pointer>)> {
+/// One recovered op as the memtable takes it.
+fn replay(vlog: &ValueLog, manifest: &Manifest, dir: &Path, op: &Op) -> Result<BatchEntry> {
     let (ks, key, value) = match op {
         Op::Put { ks, key, value } => (*ks, key, Value::Inline(value.clone().into_boxed_slice())),
         Op::PutSeparated { ks, key, ptr } => {
@@ -801,7 +797,5 @@ fn replay<'a>(
             format!("the WAL writes to keyspace {ks}, which the manifest does not know"),
         ));
     }
-    let ptr = memtable::separated(&value);
-    memtable.insert(ks, key, seq, value);
-    Ok((ks, key, ptr))
+    Ok((ks, key.clone(), value))
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::batch::BatchOp;
 use super::Inner;
-use crate::memtable::{replaced_in_batch, separated, KeyspaceId, Memtable, Value};
+use crate::memtable::{replaced_in_batch, separated, BatchEntry, Memtable, Value};
 use crate::vlog::Holder;
 use crate::vlog::NewValue;
 use crate::wal::format::{self, OpRef};
@@ -39,7 +39,7 @@ pub(crate) struct Request {
 /// will hold them.
 pub(crate) struct Written {
     seq: u64,
-    entries: Vec<(KeyspaceId, Vec<u8>, Value)>,
+    entries: Vec<BatchEntry>,
     /// The memtable that was active when the sequence was handed out: the batch goes
     /// there, so a frozen memtable holds exactly the batches of its WAL segments.
     table: Arc<Memtable>,
@@ -76,16 +76,9 @@ impl Inner {
                 self.vlog.hold(&p, key_len, Some(Holder::Memory), None);
             }
         }
-        // Inserted in key order, one search after another walks nearly the same path
-        // down the skip list, whose nodes are then in the CPU caches. The sort is
-        // stable, so a key written twice in the batch still ends with its later value.
-        let mut entries = std::mem::take(&mut written.entries);
-        if entries.len() > 1 {
-            entries.sort_by(|a, b| (a.0, &a.1[..]).cmp(&(b.0, &b.1[..])));
-        }
-        for (ks, key, value) in entries {
-            written.table.insert(ks, &key, seq, value);
-        }
+        // In key order, each search starting where the last one ended; a key written
+        // twice in the batch keeps its later value.
+        written.table.insert_batch(seq, &mut written.entries);
         self.vis.applied_and_wait(seq);
         self.stats
             .user_bytes

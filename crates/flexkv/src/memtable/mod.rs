@@ -12,18 +12,21 @@
 //! its own (never, for a sequence already visible): what one seek found stays the
 //! answer until the iterator passes it.
 
-use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::Arc;
 
-use crossbeam_skiplist::SkipMap;
 use smallvec::SmallVec;
 
+mod arena;
 mod bloom;
+mod list;
 
+pub(crate) use arena::ChunkPool;
 pub(crate) use bloom::hash as key_hash;
 use bloom::Bloom;
+use list::{Entry, Kind, List, NewEntry};
 
 use crate::vlog::Pointer;
 
@@ -55,114 +58,25 @@ impl Value {
 /// One key's versions, newest first. Most keys have one: it is held inline.
 pub(crate) type Versions = SmallVec<[(u64, Value); 1]>;
 
-/// A version's place in the skip list. Keys up to [`INLINE_KEY`] bytes live in the
-/// node itself: a search compares keys at every level, and a key behind a pointer
-/// cost a second cache miss per comparison.
-#[derive(Clone, Debug)]
-struct MemKey {
-    ks: KeyspaceId,
-    seq: u64,
-    key: SmallVec<[u8; INLINE_KEY]>,
-}
+/// One operation of a batch, as [`Memtable::insert_batch`] takes it.
+pub(crate) type BatchEntry = (KeyspaceId, Vec<u8>, Value);
 
-/// Longest key kept inline in a memtable entry.
-const INLINE_KEY: usize = 32;
-
-impl MemKey {
-    fn new(ks: KeyspaceId, key: &[u8], seq: u64) -> Self {
-        MemKey {
-            ks,
-            key: SmallVec::from_slice(key),
-            seq,
-        }
+/// The value an entry holds, copied out of the memtable.
+fn value_of(e: &Entry<'_>) -> Value {
+    match e.kind() {
+        Kind::Inline => Value::Inline(e.value().into()),
+        Kind::Separated => Value::Separated(
+            Pointer::decode(e.value())
+                .unwrap_or_else(|| unreachable!("a separated entry holds a whole pointer")),
+        ),
+        Kind::Tombstone => Value::Tombstone,
+        Kind::Head => unreachable!("the head is never returned"),
     }
 }
-
-/// The order of the skip list, over keys held ([`MemKey`]) and borrowed for a search
-/// ([`Probe`], which copies nothing): keyspace, key, then sequence descending.
-trait Ordered {
-    fn parts(&self) -> (KeyspaceId, &[u8], u64);
-}
-
-impl Ordered for MemKey {
-    fn parts(&self) -> (KeyspaceId, &[u8], u64) {
-        (self.ks, &self.key, self.seq)
-    }
-}
-
-/// A search key borrowing the caller's bytes.
-struct Probe<'a> {
-    ks: KeyspaceId,
-    key: &'a [u8],
-    seq: u64,
-}
-
-impl Ordered for Probe<'_> {
-    fn parts(&self) -> (KeyspaceId, &[u8], u64) {
-        (self.ks, self.key, self.seq)
-    }
-}
-
-fn order(a: &(impl Ordered + ?Sized), b: &(impl Ordered + ?Sized)) -> Ordering {
-    let (aks, akey, aseq) = a.parts();
-    let (bks, bkey, bseq) = b.parts();
-    aks.cmp(&bks)
-        .then_with(|| akey.cmp(bkey))
-        .then_with(|| bseq.cmp(&aseq))
-}
-
-impl<'a> std::borrow::Borrow<dyn Ordered + 'a> for MemKey {
-    fn borrow(&self) -> &(dyn Ordered + 'a) {
-        self
-    }
-}
-
-impl Ord for dyn Ordered + '_ {
-    fn cmp(&self, other: &Self) -> Ordering {
-        order(self, other)
-    }
-}
-
-impl PartialOrd for dyn Ordered + '_ {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for dyn Ordered + '_ {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for dyn Ordered + '_ {}
-
-impl Ord for MemKey {
-    fn cmp(&self, other: &Self) -> Ordering {
-        order(self, other)
-    }
-}
-
-impl PartialOrd for MemKey {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for MemKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for MemKey {}
 
 /// Versions an iterator's search walks past one by one before it searches past the
 /// rest of them instead.
 const WALK_PAST: usize = 8;
-
-/// Per-entry bookkeeping the skip list adds, for the size estimate.
-const ENTRY_OVERHEAD: usize = 64;
 
 /// The separated values a batch replaces itself (a key written twice in one batch:
 /// the later operation wins), with their keys' lengths. Only batches of more than one
@@ -198,7 +112,8 @@ pub(crate) fn separated(v: &Value) -> Option<Pointer> {
 /// The concurrent multi-version map.
 #[derive(Debug)]
 pub(crate) struct Memtable {
-    map: SkipMap<MemKey, Value>,
+    list: List,
+    /// Bytes of the entries' nodes (what the arena handed out for them).
     bytes: AtomicUsize,
     separated: std::sync::atomic::AtomicBool,
     bloom: Bloom,
@@ -216,27 +131,82 @@ impl Default for Memtable {
 
 impl Memtable {
     /// A memtable expected to hold about `bytes` (it may hold more, with a filter that
-    /// answers "maybe" more often).
+    /// answers "maybe" more often), with memory of its own.
     pub(crate) fn with_size(bytes: usize) -> Memtable {
+        Memtable::new(bytes, None)
+    }
+
+    /// [`Memtable::with_size`], taking memory from `pool` and giving it back there when
+    /// dropped (up to `bytes` in the pool).
+    pub(crate) fn with_pool(bytes: usize, pool: &Arc<ChunkPool>) -> Memtable {
+        Memtable::new(bytes, Some(Arc::clone(pool)))
+    }
+
+    fn new(bytes: usize, pool: Option<Arc<ChunkPool>>) -> Memtable {
         Memtable {
-            map: SkipMap::new(),
+            list: List::new(pool, bytes),
             bytes: AtomicUsize::new(0),
             separated: Default::default(),
             bloom: Bloom::new(bytes / BYTES_PER_FILTER_BIT),
         }
     }
 
-    /// Adds the version `seq` of `key`. A second insert of the same `(key, seq)` (a batch
-    /// that writes a key twice) replaces the first: the later operation wins (see
-    /// [`replaced_in_batch`] for the value-log accounting of the first).
+    /// Adds the version `seq` of `key` (one operation; see [`Memtable::insert_batch`]).
+    #[cfg(test)]
     pub(crate) fn insert(&self, ks: KeyspaceId, key: &[u8], seq: u64, value: Value) {
-        let size = key.len() + value.footprint() + ENTRY_OVERHEAD;
-        if matches!(value, Value::Separated(_)) {
+        self.insert_batch(seq, &mut vec![(ks, key.to_vec(), value)]);
+    }
+
+    /// Adds a batch's operations, all at sequence `seq`, and empties `ops`. A key the
+    /// batch writes twice keeps its later value (see [`replaced_in_batch`] for the
+    /// value-log accounting of the first). The operations are inserted in key order,
+    /// each searched for from where the last one went in.
+    pub(crate) fn insert_batch(&self, seq: u64, ops: &mut Vec<BatchEntry>) {
+        if ops.len() > 1 {
+            // Stable: of a key written twice, the later operation stays last.
+            ops.sort_by(|a, b| (a.0, &a.1[..]).cmp(&(b.0, &b.1[..])));
+        }
+        let mut pointers: Vec<Vec<u8>> = Vec::new();
+        for (_, _, v) in ops.iter() {
+            if let Value::Separated(p) = v {
+                let mut b = Vec::with_capacity(Pointer::ENCODED_LEN);
+                p.encode(&mut b);
+                pointers.push(b);
+            }
+        }
+        let mut pointers = pointers.iter();
+        let mut entries: Vec<NewEntry<'_>> = Vec::with_capacity(ops.len());
+        for (i, (ks, key, v)) in ops.iter().enumerate() {
+            let (kind, value): (Kind, &[u8]) = match v {
+                Value::Inline(b) => (Kind::Inline, b),
+                Value::Separated(_) => (
+                    Kind::Separated,
+                    pointers
+                        .next()
+                        .unwrap_or_else(|| unreachable!("one per pointer")),
+                ),
+                Value::Tombstone => (Kind::Tombstone, &[]),
+            };
+            let repeated = ops.get(i + 1).is_some_and(|n| n.0 == *ks && n.1 == *key);
+            if repeated {
+                continue;
+            }
+            self.bloom.insert(key_hash(*ks, key));
+            entries.push(NewEntry {
+                ks: *ks,
+                key,
+                seq,
+                kind,
+                value,
+            });
+        }
+        if entries.iter().any(|e| e.kind == Kind::Separated) {
             self.separated.store(true, AtomicOrdering::Relaxed);
         }
-        self.bloom.insert(key_hash(ks, key));
-        self.map.insert(MemKey::new(ks, key, seq), value);
-        self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
+        let bytes = self.list.insert_sorted(&entries);
+        drop(entries);
+        self.bytes.fetch_add(bytes, AtomicOrdering::Relaxed);
+        ops.clear();
     }
 
     /// Whether any entry's value is in the value log.
@@ -244,8 +214,8 @@ impl Memtable {
         self.separated.load(AtomicOrdering::Relaxed)
     }
 
-    /// The approximate memory the entries use, in bytes (the filter not included:
-    /// it is allocated whole up front, see [`Memtable::filter_bytes`]).
+    /// The memory the entries use, in bytes (the filter not included: it is allocated
+    /// whole up front, see [`Memtable::filter_bytes`]).
     pub(crate) fn approximate_bytes(&self) -> usize {
         self.bytes.load(AtomicOrdering::Relaxed)
     }
@@ -257,38 +227,38 @@ impl Memtable {
 
     /// The number of versions held.
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.list.len()
     }
 
     /// Every separated value's `(keyspace, key, pointer)`, all versions, for `check`.
     pub(crate) fn separated(&self) -> Vec<(KeyspaceId, Box<[u8]>, Pointer)> {
-        self.map
-            .iter()
-            .filter_map(|e| match e.value() {
-                Value::Separated(p) => Some((e.key().ks, e.key().key.as_slice().into(), *p)),
-                _ => None,
-            })
-            .collect()
+        let mut out = Vec::new();
+        let mut e = self.list.first();
+        while let Some(x) = e {
+            if let Value::Separated(p) = value_of(&x) {
+                out.push((x.ks(), x.key().into(), p));
+            }
+            e = x.next();
+        }
+        out
     }
 
     /// Whether the memtable holds nothing.
     pub(crate) fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.list.first().is_none()
     }
 
     /// The keyspaces that have entries here.
     pub(crate) fn keyspaces(&self) -> Vec<KeyspaceId> {
         let mut out = Vec::new();
-        let mut e = self.map.front();
+        let mut e = self.list.first();
         while let Some(entry) = e {
-            let ks = entry.key().ks;
+            let ks = entry.ks();
             out.push(ks);
             if ks == KeyspaceId::MAX {
                 break;
             }
-            e = self
-                .map
-                .lower_bound(Bound::Included(&MemKey::new(ks + 1, &[], u64::MAX)));
+            e = self.list.seek(ks + 1, &[], u64::MAX, true);
         }
         out
     }
@@ -299,20 +269,21 @@ impl Memtable {
         &self,
         ks: KeyspaceId,
     ) -> impl Iterator<Item = (Box<[u8]>, Versions)> + '_ {
-        let mut entries = self
-            .map
-            .range(MemKey::new(ks, &[], u64::MAX)..)
-            .take_while(move |e| e.key().ks == ks)
-            .peekable();
+        let mut e = self.list.seek(ks, &[], u64::MAX, true);
         std::iter::from_fn(move || {
-            let first = entries.next()?;
-            let key: Box<[u8]> = first.key().key.as_slice().into();
+            let first = e.filter(|x| x.ks() == ks)?;
+            let key = first.key();
             let mut versions = Versions::new();
-            versions.push((first.key().seq, first.value().clone()));
-            while let Some(e) = entries.next_if(|e| *e.key().key == *key) {
-                versions.push((e.key().seq, e.value().clone()));
+            versions.push((first.seq(), value_of(&first)));
+            e = first.next();
+            while let Some(x) = e.filter(|x| x.ks() == ks && x.key() == key) {
+                // Equal versions (a repeat inserted on its own): the first is the later.
+                if versions.last().is_some_and(|(s, _)| *s != x.seq()) {
+                    versions.push((x.seq(), value_of(&x)));
+                }
+                e = x.next();
             }
-            Some((key, versions))
+            Some((key.into(), versions))
         })
     }
 
@@ -337,12 +308,8 @@ impl Memtable {
         if self.bytes.load(AtomicOrdering::Relaxed) == 0 || !self.bloom.may_contain(hash) {
             return None;
         }
-        let probe = Probe { ks, key, seq: at };
-        let e = self
-            .map
-            .lower_bound(Bound::Included(&probe as &dyn Ordered))?;
-        let k = e.key();
-        (k.ks == ks && *k.key == *key).then(|| (k.seq, e.value().clone()))
+        let e = self.list.seek(ks, key, at, true)?;
+        (e.ks() == ks && e.key() == key).then(|| (e.seq(), value_of(&e)))
     }
 
     /// Appends to `out`, in key order, the keys after `from` (within `ks`) that have a
@@ -359,26 +326,25 @@ impl Memtable {
         limit: usize,
         out: &mut VecDeque<(Box<[u8]>, Value)>,
     ) -> bool {
-        let probe = match from {
-            Bound::Included(k) => Bound::Included(MemKey::new(ks, k, u64::MAX)),
-            Bound::Excluded(k) => Bound::Excluded(MemKey::new(ks, k, 0)),
-            Bound::Unbounded => Bound::Included(MemKey::new(ks, &[], u64::MAX)),
+        let mut e = match from {
+            Bound::Included(k) => self.list.seek(ks, k, u64::MAX, true),
+            Bound::Excluded(k) => self.list.seek(ks, k, 0, false),
+            Bound::Unbounded => self.list.seek(ks, &[], u64::MAX, true),
         };
-        let mut e = self.map.lower_bound(probe.as_ref());
         let mut passed = 0;
         while let Some(entry) = e {
-            let k = entry.key();
-            if k.ks != ks {
+            if entry.ks() != ks {
                 return false;
             }
+            let key = entry.key();
             // Versions of a key come newest first: the first at or below `at` is the
             // one, and the rest of the key's versions are passed.
-            let taken = out.back().is_some_and(|(last, _)| **last == *k.key);
-            if k.seq <= at && !taken {
+            let taken = out.back().is_some_and(|(last, _)| **last == *key);
+            if entry.seq() <= at && !taken {
                 if out.len() == limit {
                     return true;
                 }
-                out.push_back((k.key.as_slice().into(), entry.value().clone()));
+                out.push_back((key.into(), value_of(&entry)));
                 passed = 0;
                 e = entry.next();
             } else if passed < WALK_PAST {
@@ -389,12 +355,11 @@ impl Memtable {
                 // version we may see, or past the key), as walking would take one step
                 // per version.
                 passed = 0;
-                let jump = if taken {
-                    Bound::Excluded(MemKey::new(ks, &k.key, 0))
+                e = if taken {
+                    self.list.seek(ks, key, 0, false)
                 } else {
-                    Bound::Included(MemKey::new(ks, &k.key, at))
+                    self.list.seek(ks, key, at, true)
                 };
-                e = self.map.lower_bound(jump.as_ref());
             }
         }
         false
@@ -409,22 +374,22 @@ impl Memtable {
         at: u64,
     ) -> Option<(Box<[u8]>, u64, Value)> {
         debug_assert!(ks < KeyspaceId::MAX);
-        let mut probe = match to {
-            Bound::Included(k) => Bound::Included(MemKey::new(ks, k, 0)),
-            Bound::Excluded(k) => Bound::Excluded(MemKey::new(ks, k, u64::MAX)),
-            Bound::Unbounded => Bound::Excluded(MemKey::new(ks + 1, &[], u64::MAX)),
+        let mut e = match to {
+            Bound::Included(k) => self.list.seek_back(ks, k, 0, true),
+            Bound::Excluded(k) => self.list.seek_back(ks, k, u64::MAX, false),
+            Bound::Unbounded => self.list.seek_back(ks + 1, &[], u64::MAX, false),
         };
         loop {
-            let e = self.map.upper_bound(probe.as_ref())?;
-            let k = e.key();
-            if k.ks != ks {
+            let entry = e?;
+            if entry.ks() != ks {
                 return None;
             }
-            // `e` is the oldest version of its key; look for the newest one we may see.
-            if let Some((seq, v)) = self.get(ks, &k.key, at) {
-                return Some((k.key.as_slice().into(), seq, v));
+            // `entry` is the oldest version of its key; look for the newest one we may see.
+            let key = entry.key();
+            if let Some((seq, v)) = self.get(ks, key, at) {
+                return Some((key.into(), seq, v));
             }
-            probe = Bound::Excluded(MemKey::new(ks, &k.key, u64::MAX));
+            e = self.list.seek_back(ks, key, u64::MAX, false);
         }
     }
 }
@@ -452,7 +417,13 @@ mod tests {
         assert_eq!(m.get(1, b"k", 6), None);
         assert_eq!(m.get(0, b"j", 100), None);
         assert_eq!(m.len(), 4);
-        assert!(m.approximate_bytes() >= 4 * ENTRY_OVERHEAD);
+        // Each entry's node holds a header (24 bytes), a pointer or more, its key and
+        // its value.
+        assert!(
+            m.approximate_bytes() >= 4 * 32 + 4 + 4 + 6 + 12 + 14,
+            "{}",
+            m.approximate_bytes()
+        );
         assert_eq!(m.keyspaces(), vec![0, 1]);
         let g: Vec<_> = m.grouped(0).collect();
         assert_eq!(g.len(), 1);
@@ -525,6 +496,41 @@ mod tests {
             (b"z".to_vec(), inline(b"z2")),
         ];
         assert_eq!(got, want);
+    }
+
+    /// A batch's operations go in sorted, a key it writes twice keeps its later
+    /// value (and only that one is there), and pointers and tombstones come back as
+    /// they went in.
+    #[test]
+    fn a_batch_goes_in_whole_with_its_repeats_resolved() {
+        let m = Memtable::with_size(1 << 20);
+        let p = |n: u32| Pointer {
+            segment: n,
+            offset: u64::from(n) << 40,
+            len: 4096 + n,
+            check: 0xDEAD_0000 | n,
+        };
+        let mut batch = vec![
+            (0, b"b".to_vec(), Value::Separated(p(1))),
+            (0, b"a".to_vec(), inline(b"a1")),
+            (1, b"a".to_vec(), Value::Tombstone),
+            (0, b"b".to_vec(), Value::Separated(p(2))),
+            (0, b"a".to_vec(), inline(b"a2")),
+        ];
+        m.insert_batch(7, &mut batch);
+        assert!(batch.is_empty());
+        assert_eq!(m.len(), 3, "one version per key the batch wrote");
+        assert_eq!(m.get(0, b"a", 7), Some((7, inline(b"a2"))));
+        assert_eq!(m.get(0, b"b", 7), Some((7, Value::Separated(p(2)))));
+        assert_eq!(m.get(1, b"a", 9), Some((7, Value::Tombstone)));
+        assert_eq!(m.get(0, b"b", 6), None);
+        assert!(m.has_separated());
+        assert_eq!(
+            m.separated(),
+            vec![(0, b"b".to_vec().into_boxed_slice(), p(2))]
+        );
+        let keys: Vec<_> = m.grouped(0).map(|(k, v)| (k.to_vec(), v.len())).collect();
+        assert_eq!(keys, vec![(b"a".to_vec(), 1), (b"b".to_vec(), 1)]);
     }
 
     #[test]
