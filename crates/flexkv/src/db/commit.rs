@@ -137,10 +137,7 @@ impl Inner {
             self.check_writable()?;
             let (full, frozen) = {
                 let t = self.tables.read();
-                (
-                    t.active.approximate_bytes() >= self.opts.memtable_size,
-                    t.frozen.len(),
-                )
+                (t.active.full(self.opts.memtable_size), t.frozen.len())
             };
             if !full {
                 break Ok(());
@@ -173,7 +170,7 @@ impl Inner {
         let next = self.next_seq.lock();
         {
             let t = self.tables.read();
-            let full = t.active.approximate_bytes() >= self.opts.memtable_size;
+            let full = t.active.full(self.opts.memtable_size);
             if t.active.is_empty() || (only_if_full && (!full || t.frozen.len() >= MAX_FROZEN)) {
                 return Ok(());
             }

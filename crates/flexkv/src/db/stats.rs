@@ -180,7 +180,7 @@ impl Inner {
             max_group: get(&c.max_group),
             memtable_bytes: tables
                 .iter()
-                .map(|t| (t.approximate_bytes() + t.filter_bytes()) as u64)
+                .map(|t| (t.approximate_bytes() + t.index_bytes()) as u64)
                 .sum(),
             memtable_entries: tables.iter().map(|t| t.len() as u64).sum(),
             frozen_memtables: tables.len() as u64 - 1,

@@ -36,6 +36,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering as Atomic};
 
 use super::arena::{Arena, ChunkPool};
+use super::index::{self, HashIndex, Lookup};
 use super::KeyspaceId;
 
 /// The most levels a node can have. With one node in four promoted, 12 levels index
@@ -80,6 +81,8 @@ fn node_size(height: usize, key_len: usize, val_len: usize) -> usize {
 /// One entry to insert.
 pub(crate) struct NewEntry<'a> {
     pub(crate) ks: KeyspaceId,
+    /// The key's hash ([`key_hash`](super::key_hash)), for the hash index.
+    pub(crate) hash: u64,
     pub(crate) key: &'a [u8],
     pub(crate) seq: u64,
     pub(crate) kind: Kind,
@@ -140,6 +143,23 @@ impl Node {
         NonNull::new(self.level(level).load(Atomic::Acquire)).map(Node)
     }
 
+    /// The node's address, for the hash index (which keeps it with its provenance
+    /// exposed, and gives it back only to [`Node::at`]).
+    fn addr(&self) -> usize {
+        self.0.as_ptr().expose_provenance()
+    }
+
+    /// The node whose [`Node::addr`] the hash index kept in `word`.
+    fn at(word: u64) -> Node {
+        let p = std::ptr::with_exposed_provenance_mut::<Header>(index::address(word));
+        Node(NonNull::new(p).unwrap_or_else(|| unreachable!("the index keeps no null")))
+    }
+
+    /// Whether this node holds `key` of keyspace `ks`.
+    fn holds(&self, ks: KeyspaceId, key: &[u8]) -> bool {
+        self.header().ks == ks && self.key() == key
+    }
+
     /// How this node sorts against the probe `(ks, key, seq)`.
     fn cmp(&self, ks: KeyspaceId, key: &[u8], seq: u64) -> Ordering {
         let h = self.header();
@@ -195,6 +215,16 @@ impl<'a> Entry<'a> {
     }
 }
 
+/// What [`List::newest`] knows of a key.
+pub(crate) enum Newest<'a> {
+    /// The key's newest version.
+    Found(Entry<'a>),
+    /// The list holds no version of the key.
+    Absent,
+    /// The index overflowed and cannot say: search the list.
+    Unknown,
+}
+
 /// A node's predecessor and successor at every level, from the last insert.
 struct Splice {
     prev: [Node; MAX_HEIGHT],
@@ -210,6 +240,9 @@ pub(crate) struct List {
     height: AtomicUsize,
     len: AtomicUsize,
     arena: Arena,
+    /// Every key's newest node, by the key's hash. Its words are addresses of this
+    /// list's nodes, read back only while the list lives.
+    index: HashIndex,
 }
 
 // SAFETY: the list's raw pointers are to nodes in its own arena, which are written only
@@ -247,9 +280,10 @@ fn random_height() -> usize {
 }
 
 impl List {
-    /// An empty list whose arena takes chunks from `pool` and gives them back to it up
-    /// to `pool_limit` bytes.
-    pub(crate) fn new(pool: Option<std::sync::Arc<ChunkPool>>, pool_limit: usize) -> List {
+    /// An empty list for a memtable of about `budget` bytes, whose arena takes chunks
+    /// from `pool` and gives them back to it up to `budget` bytes.
+    pub(crate) fn new(pool: Option<std::sync::Arc<ChunkPool>>, budget: usize) -> List {
+        let pool_limit = budget;
         let arena = Arena::new(pool, pool_limit);
         let mut region = Vec::with_capacity(1);
         arena.alloc_each(&[node_size(MAX_HEIGHT, 0, 0)], &mut region);
@@ -258,6 +292,7 @@ impl List {
             MAX_HEIGHT,
             &NewEntry {
                 ks: 0,
+                hash: 0,
                 key: &[],
                 seq: 0,
                 kind: Kind::Head,
@@ -269,6 +304,27 @@ impl List {
             height: AtomicUsize::new(1),
             len: AtomicUsize::new(0),
             arena,
+            index: HashIndex::for_budget(budget),
+        }
+    }
+
+    /// Bytes of the hash index.
+    pub(crate) fn index_bytes(&self) -> usize {
+        self.index.memory_bytes()
+    }
+
+    /// Whether the hash index is as full as it should get: the memtable should take no
+    /// more keys.
+    pub(crate) fn index_full(&self) -> bool {
+        self.index.full()
+    }
+
+    /// The newest version of `key` (of any sequence), as the hash index knows it.
+    pub(crate) fn newest(&self, ks: KeyspaceId, key: &[u8], hash: u64) -> Newest<'_> {
+        match self.index.find(hash, |w| Node::at(w).holds(ks, key)) {
+            Lookup::Found(w) => Newest::Found(Entry::new(Node::at(w))),
+            Lookup::Absent => Newest::Absent,
+            Lookup::Unknown => Newest::Unknown,
         }
     }
 
@@ -331,6 +387,16 @@ impl List {
         for ((e, &h), &region) in entries.iter().zip(&heights).zip(&regions) {
             let node = Self::write_node(region, h, e);
             self.link(node, e, &mut splice);
+            // After the node is in the list: a reader the index sends to it may
+            // search the list from there.
+            self.index.insert(
+                e.hash,
+                node.addr(),
+                |w| Node::at(w).holds(e.ks, e.key),
+                // A repeat of the same version (inserted on its own) replaces it, as
+                // it goes in front of it in the list.
+                |w| Node::at(w).header().seq > e.seq,
+            );
         }
         self.len.fetch_add(entries.len(), Atomic::Relaxed);
         sizes
@@ -481,6 +547,7 @@ mod tests {
         o.iter()
             .map(|(ks, key, seq, value)| NewEntry {
                 ks: *ks,
+                hash: super::super::key_hash(*ks, key),
                 key,
                 seq: *seq,
                 kind: Kind::Inline,

@@ -20,18 +20,23 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 mod arena;
-mod bloom;
+mod index;
 mod list;
 
 pub(crate) use arena::ChunkPool;
-pub(crate) use bloom::hash as key_hash;
-use bloom::Bloom;
-use list::{Entry, Kind, List, NewEntry};
+use list::{Entry, Kind, List, NewEntry, Newest};
 
 use crate::vlog::Pointer;
 
 /// A keyspace's number, as the manifest assigns it. `u32::MAX` is reserved.
 pub(crate) type KeyspaceId = u32;
+
+/// The hash of `(ks, key)` the memtables' hash indexes use: computed once per read for
+/// every memtable.
+pub(crate) fn key_hash(ks: KeyspaceId, key: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x6a09_e667_f3bc_c908).hash_one((ks, key))
+}
 
 /// What one version of a key holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,12 +121,7 @@ pub(crate) struct Memtable {
     /// Bytes of the entries' nodes (what the arena handed out for them).
     bytes: AtomicUsize,
     separated: std::sync::atomic::AtomicBool,
-    bloom: Bloom,
 }
-
-/// Memtable bytes per filter bit: about 20 bits per entry of a 16-byte key and a
-/// 100-byte value, 9 for an entry with no value.
-const BYTES_PER_FILTER_BIT: usize = 8;
 
 impl Default for Memtable {
     fn default() -> Self {
@@ -130,8 +130,8 @@ impl Default for Memtable {
 }
 
 impl Memtable {
-    /// A memtable expected to hold about `bytes` (it may hold more, with a filter that
-    /// answers "maybe" more often), with memory of its own.
+    /// A memtable expected to hold about `bytes` (it may hold more, with a hash index
+    /// that overflows and then sends reads to the skip list), with memory of its own.
     pub(crate) fn with_size(bytes: usize) -> Memtable {
         Memtable::new(bytes, None)
     }
@@ -147,7 +147,6 @@ impl Memtable {
             list: List::new(pool, bytes),
             bytes: AtomicUsize::new(0),
             separated: Default::default(),
-            bloom: Bloom::new(bytes / BYTES_PER_FILTER_BIT),
         }
     }
 
@@ -191,9 +190,9 @@ impl Memtable {
             if repeated {
                 continue;
             }
-            self.bloom.insert(key_hash(*ks, key));
             entries.push(NewEntry {
                 ks: *ks,
+                hash: key_hash(*ks, key),
                 key,
                 seq,
                 kind,
@@ -214,15 +213,21 @@ impl Memtable {
         self.separated.load(AtomicOrdering::Relaxed)
     }
 
-    /// The memory the entries use, in bytes (the filter not included: it is allocated
-    /// whole up front, see [`Memtable::filter_bytes`]).
+    /// The memory the entries use, in bytes (the hash index not included: it is
+    /// allocated whole up front, see [`Memtable::index_bytes`]).
     pub(crate) fn approximate_bytes(&self) -> usize {
         self.bytes.load(AtomicOrdering::Relaxed)
     }
 
-    /// Bytes of the key filter.
-    pub(crate) fn filter_bytes(&self) -> usize {
-        self.bloom.memory_bytes()
+    /// Whether the memtable should take no more writes: its entries take `budget`
+    /// bytes, or its hash index is as full as it should get (many small entries).
+    pub(crate) fn full(&self, budget: usize) -> bool {
+        self.approximate_bytes() >= budget || self.list.index_full()
+    }
+
+    /// Bytes of the hash index.
+    pub(crate) fn index_bytes(&self) -> usize {
+        self.list.index_bytes()
     }
 
     /// The number of versions held.
@@ -302,14 +307,25 @@ impl Memtable {
         at: u64,
     ) -> Option<(u64, Value)> {
         // An empty memtable (the active one, most of the time after a commit) answers
-        // without the filter's line, a cache miss in a filter of a megabyte. `bytes`
-        // grows before `insert` returns, so before the sequence that makes the entry
-        // visible is published: a reader that may see the entry sees it nonzero.
-        if self.bytes.load(AtomicOrdering::Relaxed) == 0 || !self.bloom.may_contain(hash) {
+        // without the index's line, a cache miss in a table of megabytes. `bytes`
+        // grows before `insert_batch` returns, so before the sequence that makes the
+        // entry visible is published: a reader that may see the entry sees it nonzero.
+        if self.bytes.load(AtomicOrdering::Relaxed) == 0 {
             return None;
         }
-        let e = self.list.seek(ks, key, at, true)?;
-        (e.ks() == ks && e.key() == key).then(|| (e.seq(), value_of(&e)))
+        match self.list.newest(ks, key, hash) {
+            Newest::Absent => None,
+            // Every version at or below `at` is in (`at` is visible, and a batch is
+            // inserted before its sequence becomes visible), so the newest one of all
+            // is the newest at or below `at` when it is not above it.
+            Newest::Found(e) if e.seq() <= at => Some((e.seq(), value_of(&e))),
+            // A snapshot older than the key's newest version, or an index that
+            // overflowed: the skip list has every version.
+            Newest::Found(_) | Newest::Unknown => {
+                let e = self.list.seek(ks, key, at, true)?;
+                (e.ks() == ks && e.key() == key).then(|| (e.seq(), value_of(&e)))
+            }
+        }
     }
 
     /// Appends to `out`, in key order, the keys after `from` (within `ks`) that have a
@@ -531,6 +547,33 @@ mod tests {
         );
         let keys: Vec<_> = m.grouped(0).map(|(k, v)| (k.to_vec(), v.len())).collect();
         assert_eq!(keys, vec![(b"a".to_vec(), 1), (b"b".to_vec(), 1)]);
+    }
+
+    /// More keys than the hash index has slots: the memtable counts as full once the
+    /// index is, and every read still finds what the skip list holds (through the
+    /// list, for keys the index could not take).
+    #[test]
+    fn reads_stay_right_after_the_hash_index_overflows() {
+        let m = Memtable::with_size(0);
+        let key = |i: u32| format!("key{i:05}").into_bytes();
+        for i in 0..720 {
+            m.insert(0, &key(i), 1, inline(b"old"));
+        }
+        assert!(
+            m.full(usize::MAX),
+            "720 keys fill seven tenths of 1,024 slots"
+        );
+        for i in 0..1500 {
+            m.insert(0, &key(i), 2 + u64::from(i % 2), inline(&key(i)));
+        }
+        for i in 0..1500 {
+            let want = Some((2 + u64::from(i % 2), inline(&key(i))));
+            assert_eq!(m.get(0, &key(i), u64::MAX), want, "key {i}");
+            let old = (i < 720).then(|| (1, inline(b"old")));
+            assert_eq!(m.get(0, &key(i), 1), old, "key {i} at 1");
+        }
+        assert_eq!(m.get(0, b"key99999", u64::MAX), None);
+        assert_eq!(m.get(1, &key(7), u64::MAX), None);
     }
 
     #[test]
