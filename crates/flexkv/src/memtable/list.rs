@@ -89,19 +89,24 @@ pub(crate) struct NewEntry<'a> {
     pub(crate) value: &'a [u8],
 }
 
-/// A node's place in the arena. Every method's safety rests on the list invariant:
-/// the pointer is to a fully written node of a list that is still alive.
+/// A node's place in the arena, borrowed from the list for `'a`. Every method's
+/// safety rests on the list invariant: the pointer is to a fully written node of a
+/// list that lives for `'a`.
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct Node(NonNull<Header>);
+struct Node<'a>(NonNull<Header>, PhantomData<&'a List>);
 
-impl Node {
-    fn header(&self) -> &Header {
+impl<'a> Node<'a> {
+    fn new(p: NonNull<Header>) -> Self {
+        Node(p, PhantomData)
+    }
+
+    fn header(self) -> &'a Header {
         // SAFETY: the node's header was written before the node was linked or
         // returned, is never written again, and lives as long as the list.
         unsafe { self.0.as_ref() }
     }
 
-    fn level(&self, level: usize) -> &AtomicPtr<Header> {
+    fn level(self, level: usize) -> &'a AtomicPtr<Header> {
         debug_assert!(level < usize::from(self.header().height));
         // SAFETY: the tower holds `height` slots right after the header, inside the
         // node's region, aligned (HEADER is a multiple of the slot size and regions
@@ -116,7 +121,7 @@ impl Node {
         }
     }
 
-    fn key(&self) -> &[u8] {
+    fn key(self) -> &'a [u8] {
         let h = self.header();
         // SAFETY: the key's bytes follow the tower inside the node's region and were
         // written before the node was published.
@@ -130,7 +135,7 @@ impl Node {
         }
     }
 
-    fn value(&self) -> &[u8] {
+    fn value(self) -> &'a [u8] {
         let h = self.header();
         let off = HEADER + usize::from(h.height) * SLOT + h.key_len as usize;
         // SAFETY: the value's bytes follow the key inside the node's region.
@@ -139,29 +144,23 @@ impl Node {
         }
     }
 
-    fn next(&self, level: usize) -> Option<Node> {
-        NonNull::new(self.level(level).load(Atomic::Acquire)).map(Node)
+    fn next(self, level: usize) -> Option<Node<'a>> {
+        NonNull::new(self.level(level).load(Atomic::Acquire)).map(Node::new)
     }
 
     /// The node's address, for the hash index (which keeps it with its provenance
-    /// exposed, and gives it back only to [`Node::at`]).
-    fn addr(&self) -> usize {
+    /// exposed, and gives it back only to [`List::node_at`]).
+    fn addr(self) -> usize {
         self.0.as_ptr().expose_provenance()
     }
 
-    /// The node whose [`Node::addr`] the hash index kept in `word`.
-    fn at(word: u64) -> Node {
-        let p = std::ptr::with_exposed_provenance_mut::<Header>(index::address(word));
-        Node(NonNull::new(p).unwrap_or_else(|| unreachable!("the index keeps no null")))
-    }
-
     /// Whether this node holds `key` of keyspace `ks`.
-    fn holds(&self, ks: KeyspaceId, key: &[u8]) -> bool {
+    fn holds(self, ks: KeyspaceId, key: &[u8]) -> bool {
         self.header().ks == ks && self.key() == key
     }
 
     /// How this node sorts against the probe `(ks, key, seq)`.
-    fn cmp(&self, ks: KeyspaceId, key: &[u8], seq: u64) -> Ordering {
+    fn cmp(self, ks: KeyspaceId, key: &[u8], seq: u64) -> Ordering {
         let h = self.header();
         debug_assert!(h.kind != Kind::Head);
         h.ks.cmp(&ks)
@@ -172,46 +171,32 @@ impl Node {
 
 /// One entry of the list, borrowed from it.
 #[derive(Clone, Copy)]
-pub(crate) struct Entry<'a> {
-    node: Node,
-    _list: PhantomData<&'a List>,
-}
+pub(crate) struct Entry<'a>(Node<'a>);
 
 impl<'a> Entry<'a> {
-    fn new(node: Node) -> Self {
-        Entry {
-            node,
-            _list: PhantomData,
-        }
-    }
-
     pub(crate) fn ks(&self) -> KeyspaceId {
-        self.node.header().ks
+        self.0.header().ks
     }
 
     pub(crate) fn seq(&self) -> u64 {
-        self.node.header().seq
+        self.0.header().seq
     }
 
     pub(crate) fn kind(&self) -> Kind {
-        self.node.header().kind
+        self.0.header().kind
     }
 
     pub(crate) fn key(&self) -> &'a [u8] {
-        let k = self.node.key();
-        // SAFETY: the bytes live in the arena as long as the list, which outlives 'a.
-        unsafe { std::slice::from_raw_parts(k.as_ptr(), k.len()) }
+        self.0.key()
     }
 
     pub(crate) fn value(&self) -> &'a [u8] {
-        let v = self.node.value();
-        // SAFETY: as for `key`.
-        unsafe { std::slice::from_raw_parts(v.as_ptr(), v.len()) }
+        self.0.value()
     }
 
     /// The entry after this one.
     pub(crate) fn next(&self) -> Option<Entry<'a>> {
-        self.node.next(0).map(Entry::new)
+        self.0.next(0).map(Entry)
     }
 }
 
@@ -226,16 +211,16 @@ pub(crate) enum Newest<'a> {
 }
 
 /// A node's predecessor and successor at every level, from the last insert.
-struct Splice {
-    prev: [Node; MAX_HEIGHT],
-    next: [Option<Node>; MAX_HEIGHT],
+struct Splice<'a> {
+    prev: [Node<'a>; MAX_HEIGHT],
+    next: [Option<Node<'a>>; MAX_HEIGHT],
     /// Levels the splice is valid for (0: none).
     height: usize,
 }
 
 /// The skip list.
 pub(crate) struct List {
-    head: Node,
+    head: NonNull<Header>,
     /// Levels in use: the head's pointers above are null.
     height: AtomicUsize,
     len: AtomicUsize,
@@ -300,12 +285,22 @@ impl List {
             },
         );
         List {
-            head,
+            head: head.0,
             height: AtomicUsize::new(1),
             len: AtomicUsize::new(0),
             arena,
             index: HashIndex::for_budget(budget),
         }
+    }
+
+    fn head(&self) -> Node<'_> {
+        Node::new(self.head)
+    }
+
+    /// The node whose [`Node::addr`] this list's hash index kept in `word`.
+    fn node_at(&self, word: u64) -> Node<'_> {
+        let p = std::ptr::with_exposed_provenance_mut::<Header>(index::address(word));
+        Node::new(NonNull::new(p).unwrap_or_else(|| unreachable!("the index keeps no null")))
     }
 
     /// Bytes of the hash index.
@@ -321,8 +316,8 @@ impl List {
 
     /// The newest version of `key` (of any sequence), as the hash index knows it.
     pub(crate) fn newest(&self, ks: KeyspaceId, key: &[u8], hash: u64) -> Newest<'_> {
-        match self.index.find(hash, |w| Node::at(w).holds(ks, key)) {
-            Lookup::Found(w) => Newest::Found(Entry::new(Node::at(w))),
+        match self.index.find(hash, |w| self.node_at(w).holds(ks, key)) {
+            Lookup::Found(w) => Newest::Found(Entry(self.node_at(w))),
             Lookup::Absent => Newest::Absent,
             Lookup::Unknown => Newest::Unknown,
         }
@@ -335,7 +330,7 @@ impl List {
 
     /// Writes a node into `region` (at least [`node_size`] bytes, 8-aligned, owned by
     /// the caller) with a tower of null pointers.
-    fn write_node(region: NonNull<u8>, height: usize, e: &NewEntry<'_>) -> Node {
+    fn write_node<'a>(region: NonNull<u8>, height: usize, e: &NewEntry<'_>) -> Node<'a> {
         let key_len =
             u32::try_from(e.key.len()).unwrap_or_else(|_| unreachable!("keys are limited"));
         let val_len =
@@ -362,7 +357,7 @@ impl List {
             std::ptr::copy_nonoverlapping(e.key.as_ptr(), key_at, e.key.len());
             std::ptr::copy_nonoverlapping(e.value.as_ptr(), key_at.add(e.key.len()), e.value.len());
         }
-        Node(region.cast())
+        Node::new(region.cast())
     }
 
     /// Inserts `entries`, which must be in ascending order, searching for each from
@@ -380,7 +375,7 @@ impl List {
         let mut regions = Vec::with_capacity(entries.len());
         self.arena.alloc_each(&sizes, &mut regions);
         let mut splice = Splice {
-            prev: [self.head; MAX_HEIGHT],
+            prev: [self.head(); MAX_HEIGHT],
             next: [None; MAX_HEIGHT],
             height: 0,
         };
@@ -392,10 +387,10 @@ impl List {
             self.index.insert(
                 e.hash,
                 node.addr(),
-                |w| Node::at(w).holds(e.ks, e.key),
+                |w| self.node_at(w).holds(e.ks, e.key),
                 // A repeat of the same version (inserted on its own) replaces it, as
                 // it goes in front of it in the list.
-                |w| Node::at(w).header().seq > e.seq,
+                |w| self.node_at(w).header().seq > e.seq,
             );
         }
         self.len.fetch_add(entries.len(), Atomic::Relaxed);
@@ -408,13 +403,18 @@ impl List {
     /// Whether the splice at `level` brackets the probe: its predecessor sorts below it
     /// and its successor (if any) at or above it.
     fn brackets(&self, s: &Splice, level: usize, e: &NewEntry<'_>) -> bool {
-        let below = s.prev[level] == self.head || s.prev[level].cmp(e.ks, e.key, e.seq).is_lt();
+        let below = s.prev[level] == self.head() || s.prev[level].cmp(e.ks, e.key, e.seq).is_lt();
         below && s.next[level].is_none_or(|n| n.cmp(e.ks, e.key, e.seq).is_ge())
     }
 
     /// At `level`, from `start` (which sorts below the probe), the last node below the
     /// probe and the first at or above it.
-    fn find_at(&self, start: Node, level: usize, e: &NewEntry<'_>) -> (Node, Option<Node>) {
+    fn find_at<'a>(
+        &'a self,
+        start: Node<'a>,
+        level: usize,
+        e: &NewEntry<'_>,
+    ) -> (Node<'a>, Option<Node<'a>>) {
         let mut x = start;
         loop {
             match x.next(level) {
@@ -425,20 +425,24 @@ impl List {
     }
 
     /// Links `node` (entry `e`, not yet visible) into every level of its tower.
-    fn link(&self, node: Node, e: &NewEntry<'_>, s: &mut Splice) {
+    fn link<'a>(&'a self, node: Node<'a>, e: &NewEntry<'_>, s: &mut Splice<'a>) {
         let h = usize::from(node.header().height);
         let top = self.height.fetch_max(h, Atomic::Relaxed).max(h);
         // The lowest level whose splice brackets the probe; every level above it does
         // too (predecessors rise and successors fall going down).
         let from = if s.height < top {
-            s.prev = [self.head; MAX_HEIGHT];
+            s.prev = [self.head(); MAX_HEIGHT];
             s.next = [None; MAX_HEIGHT];
             s.height = top;
             top
         } else {
             (0..top).find(|&l| self.brackets(s, l, e)).unwrap_or(top)
         };
-        let mut x = if from == top { self.head } else { s.prev[from] };
+        let mut x = if from == top {
+            self.head()
+        } else {
+            s.prev[from]
+        };
         for l in (0..from).rev() {
             let (p, n) = self.find_at(x, l, e);
             s.prev[l] = p;
@@ -483,12 +487,12 @@ impl List {
         seq: u64,
         inclusive: bool,
     ) -> Option<Entry<'_>> {
-        let past = |n: Node| {
+        let past = |n: Node<'_>| {
             let o = n.cmp(ks, key, seq);
             o.is_lt() || (!inclusive && o.is_eq())
         };
         let (_, n) = self.descend(past);
-        n.map(Entry::new)
+        n.map(Entry)
     }
 
     /// The last entry before (or at, if `inclusive`) the probe.
@@ -499,21 +503,21 @@ impl List {
         seq: u64,
         inclusive: bool,
     ) -> Option<Entry<'_>> {
-        let past = |n: Node| {
+        let past = |n: Node<'_>| {
             let o = n.cmp(ks, key, seq);
             o.is_lt() || (inclusive && o.is_eq())
         };
         let (x, _) = self.descend(past);
-        (x != self.head).then(|| Entry::new(x))
+        (x != self.head()).then_some(Entry(x))
     }
 
     /// From the top, the last node that `past` accepts (the head if none) and the node
     /// after it: `past` must accept a prefix of the list.
-    fn descend(&self, past: impl Fn(Node) -> bool) -> (Node, Option<Node>) {
-        let mut x = self.head;
+    fn descend(&self, past: impl Fn(Node<'_>) -> bool) -> (Node<'_>, Option<Node<'_>>) {
+        let mut x = self.head();
         // The node a level's step stopped at is often the next level's too: no need to
         // compare it again.
-        let mut refused: Option<Node> = None;
+        let mut refused: Option<Node<'_>> = None;
         let mut next = None;
         for l in (0..self.height.load(Atomic::Relaxed)).rev() {
             loop {
@@ -530,7 +534,7 @@ impl List {
 
     /// The first entry.
     pub(crate) fn first(&self) -> Option<Entry<'_>> {
-        self.head.next(0).map(Entry::new)
+        self.head().next(0).map(Entry)
     }
 }
 
@@ -573,8 +577,8 @@ mod tests {
         assert_eq!(list.len(), model.len());
         // Every level is sorted and a subsequence of the one below.
         for l in 1..MAX_HEIGHT {
-            let mut x = list.head.next(l);
-            let mut last: Option<Node> = None;
+            let mut x = list.head().next(l);
+            let mut last: Option<Node<'_>> = None;
             while let Some(n) = x {
                 if let Some(p) = last {
                     let h = n.header();
