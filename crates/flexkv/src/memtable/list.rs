@@ -26,6 +26,10 @@
 //! and successors fall from the top level down, every predecessor sorts below the key
 //! being inserted, and every successor at or above the bracketing level sorts at or
 //! above it.
+//!
+//! Point reads: the list keeps a hash index ([`HashIndex`], `index.rs`) naming each
+//! key's newest node by address; [`List::newest`] turns a word of it back into a node
+//! of this list, and only this list's nodes ever go into it.
 
 #![allow(unsafe_code)]
 
@@ -268,8 +272,7 @@ impl List {
     /// An empty list for a memtable of about `budget` bytes, whose arena takes chunks
     /// from `pool` and gives them back to it up to `budget` bytes.
     pub(crate) fn new(pool: Option<std::sync::Arc<ChunkPool>>, budget: usize) -> List {
-        let pool_limit = budget;
-        let arena = Arena::new(pool, pool_limit);
+        let arena = Arena::new(pool, budget);
         let mut region = Vec::with_capacity(1);
         arena.alloc_each(&[node_size(MAX_HEIGHT, 0, 0)], &mut region);
         let head = Self::write_node(
