@@ -490,12 +490,7 @@ impl List {
         seq: u64,
         inclusive: bool,
     ) -> Option<Entry<'_>> {
-        let past = |n: Node<'_>| {
-            let o = n.cmp(ks, key, seq);
-            o.is_lt() || (!inclusive && o.is_eq())
-        };
-        let (_, n) = self.descend(past);
-        n.map(Entry)
+        self.descend(ks, key, seq, !inclusive).1.map(Entry)
     }
 
     /// The last entry before (or at, if `inclusive`) the probe.
@@ -506,17 +501,23 @@ impl List {
         seq: u64,
         inclusive: bool,
     ) -> Option<Entry<'_>> {
-        let past = |n: Node<'_>| {
-            let o = n.cmp(ks, key, seq);
-            o.is_lt() || (inclusive && o.is_eq())
-        };
-        let (x, _) = self.descend(past);
+        let (x, _) = self.descend(ks, key, seq, inclusive);
         (x != self.head()).then_some(Entry(x))
     }
 
-    /// From the top, the last node that `past` accepts (the head if none) and the node
-    /// after it: `past` must accept a prefix of the list.
-    fn descend(&self, past: impl Fn(Node<'_>) -> bool) -> (Node<'_>, Option<Node<'_>>) {
+    /// From the top, the last node below the probe (or at it too, with `pass_equal`;
+    /// the head if none) and the node after it.
+    fn descend(
+        &self,
+        ks: KeyspaceId,
+        key: &[u8],
+        seq: u64,
+        pass_equal: bool,
+    ) -> (Node<'_>, Option<Node<'_>>) {
+        let past = |n: Node<'_>| {
+            let o = n.cmp(ks, key, seq);
+            o.is_lt() || (pass_equal && o.is_eq())
+        };
         let mut x = self.head();
         // The node a level's step stopped at is often the next level's too: no need to
         // compare it again.
