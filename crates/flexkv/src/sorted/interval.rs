@@ -96,6 +96,29 @@ impl PartialEq for Referenced {
 
 impl Eq for Referenced {}
 
+/// Asks the processor to bring the cache lines of `bytes` in, without waiting for
+/// them. On x86-64 a prefetch hint per line; elsewhere a load of each line's first
+/// byte, whose misses the processor overlaps but which the caller then waits for.
+/// Measured on `seekrandom` (1M pairs, six alternating pairs against the loads):
+/// median 1.10× (docs/benchmarks.md, twenty-eighth session).
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        #[allow(unsafe_code)]
+        // SAFETY: a prefetch is a hint: it reads nothing the program can observe and
+        // never faults, whatever the address; SSE is part of every x86-64 processor.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let x = bytes.iter().step_by(64).fold(0u8, |x, b| x ^ b);
+        std::hint::black_box(x);
+    }
+}
+
 /// The key fingerprint of FlexDB's interval cache.
 pub(crate) fn fingerprint(key: &[u8]) -> u16 {
     let h = crc32c::crc32c(key);
@@ -221,21 +244,17 @@ impl Loaded {
         (start, end)
     }
 
-    /// Loads the cache lines of records `range` and of their spans, without waiting on
-    /// one before asking for the next: the loads are independent, so the processor
-    /// overlaps their misses, where reading the records one after another would wait
-    /// for each in turn.
+    /// Asks for the cache lines of records `range` before they are read: a scan
+    /// calls this when it takes a run of an interval, so the lines' misses overlap
+    /// each other and the work on the first records, where reading the records one
+    /// after another would wait for each in turn.
     pub(crate) fn touch(&self, range: std::ops::Range<usize>) {
         if range.is_empty() {
             return;
         }
         let start = self.spans[range.start].start as usize;
         let end = self.span(range.end - 1).1;
-        let mut x = self.spans[range.end - 1].key_len;
-        for i in (start..end).step_by(64) {
-            x ^= u16::from(self.bytes[i]);
-        }
-        std::hint::black_box(x);
+        prefetch(&self.bytes[start..end]);
     }
 
     /// The key of record `i`.
