@@ -304,6 +304,26 @@ fn read_all_as_modelled(db: &Db, model: &std::collections::BTreeMap<Vec<u8>, Vec
     assert_eq!(db.get(b"zzz").unwrap(), None);
 }
 
+/// Reads every key as modelled in passes until the committer's rewrites for the reads
+/// settle: a pass and the pause after it rewrote nothing, after at least one rewrite.
+/// The committer looks for work at least every 250 ms while it has nothing to commit.
+fn read_until_rewrites_settle(db: &Db, model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>) {
+    let started = Instant::now();
+    for pass in 0.. {
+        let before = db.stats().read_defrags;
+        read_all_as_modelled(db, model, &format!("pass {pass}"));
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        let after = db.stats().read_defrags;
+        if after > 0 && after == before {
+            break;
+        }
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "still rewriting after {pass} passes ({after} rewritten)"
+        );
+    }
+}
+
 /// Intervals that point reads keep fetching from the space in scattered extents (the
 /// cache holds nothing, so it refuses every miss, and each interval is missed again
 /// within a pass) are rewritten contiguous by the committer while it has nothing to
@@ -325,22 +345,7 @@ fn intervals_reads_keep_fetching_in_pieces_are_rewritten_contiguous() {
         s.intervals
     );
     assert_eq!(s.read_defrags, 0);
-    // The committer looks for work at least every 250 ms while it has nothing to
-    // commit; passes go on until one and the pause after it rewrote nothing.
-    let started = Instant::now();
-    for pass in 0.. {
-        let before = db.stats().read_defrags;
-        read_all_as_modelled(&db, &model, &format!("pass {pass}"));
-        std::thread::sleep(std::time::Duration::from_millis(600));
-        let after = db.stats().read_defrags;
-        if after > 0 && after == before {
-            break;
-        }
-        assert!(
-            started.elapsed().as_secs() < 30,
-            "still rewriting after {pass} passes ({after} rewritten)"
-        );
-    }
+    read_until_rewrites_settle(&db, &model);
     let s = db.stats();
     assert!(
         s.space_extents <= 2 * s.intervals,
@@ -386,20 +391,7 @@ fn rewrites_for_the_reads_give_the_cache_what_the_tree_gave_back() {
     };
     let before = db.stats();
     assert_eq!(before.cache_capacity_bytes, fitted(&before), "{before:?}");
-    let started = Instant::now();
-    for pass in 0.. {
-        let done = db.stats().read_defrags;
-        read_all_as_modelled(&db, &model, &format!("pass {pass}"));
-        std::thread::sleep(std::time::Duration::from_millis(600));
-        let after = db.stats().read_defrags;
-        if after > 0 && after == done {
-            break;
-        }
-        assert!(
-            started.elapsed().as_secs() < 30,
-            "still rewriting after {pass} passes"
-        );
-    }
+    read_until_rewrites_settle(&db, &model);
     let after = db.stats();
     assert_eq!(after.commits, before.commits, "{after:?}");
     assert!(
