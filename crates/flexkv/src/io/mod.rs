@@ -102,10 +102,11 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     /// Makes everything written to this file so far durable.
     fn sync(&self) -> Result<()>;
 
-    /// Reserves disk space so that the file is at least `len` bytes long, the new bytes
-    /// reading as zeros. A hint: a file system may do nothing (the in-memory ones do).
-    /// On Linux it lets later writes inside `len` skip block allocation and size
-    /// updates, which makes their `fdatasync` cheaper.
+    /// Extends the file with zeros to at least `len` bytes, so that later writes inside
+    /// `len` are overwrites: they change neither the file's size nor (once the zeros
+    /// have been written back) its block map, and their `fdatasync` then writes data
+    /// and flushes, with no metadata write in between. A hint: a file system may do
+    /// nothing (the in-memory ones do).
     fn allocate(&self, len: u64) -> Result<()> {
         let _ = len;
         Ok(())

@@ -252,9 +252,22 @@ impl VfsFile for RealFile {
             .map_err(|e| Error::io("set_len", &self.path, e))
     }
 
+    /// Writes zeros from the file's end up to `len`. Not `fallocate`: that reserves
+    /// *unwritten* extents, and the first write into each of their blocks converts it,
+    /// a block-map change that the next `fdatasync` must write out and wait for before
+    /// its cache flush (a sync that reached a new 4 KiB block took about 150 µs
+    /// against 90 µs on this project's test machine). Zeros written through the page
+    /// cache are allocated as ordinary blocks when first written back, and data written
+    /// over them before that is all that ever reaches the device.
     fn allocate(&self, len: u64) -> Result<()> {
-        fallocate(&self.file, FallocateFlags::empty(), 0, len)
-            .map_err(|e| Error::io("allocate", &self.path, e.into()))
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        let mut at = self.len()?;
+        while at < len {
+            let n = (len - at).min(ZEROS.len() as u64) as usize;
+            self.write_at(&ZEROS[..n], at)?;
+            at += n as u64;
+        }
+        Ok(())
     }
 
     fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {

@@ -57,8 +57,11 @@ struct Writer {
     allocated: u64,
 }
 
-/// How far ahead of the write position WAL space is reserved.
-const ALLOCATE_AHEAD: u64 = 1 << 20;
+/// How far ahead of the write position WAL space is reserved (with zeros, see
+/// [`VfsFile::allocate`]). Small, because a segment's last reservation is written out
+/// whole when the segment is synced for the last time: 64 KiB is one system call per
+/// 64 KiB of log, and at most that many bytes of zeros per segment on the device.
+const ALLOCATE_AHEAD: u64 = 64 << 10;
 
 /// The write-ahead log of one database directory.
 #[derive(Debug)]
@@ -274,8 +277,8 @@ impl Wal {
         buf.clear();
         let end = format::frame(&mut buf, w.len, payload);
         if end > w.allocated {
-            // Reserve ahead: writes into reserved space change no block map or file
-            // size, so the syncs after them need no journal commit.
+            // Reserve ahead: writes into reserved space change neither the file's size
+            // nor its block map, so the syncs after them write no metadata.
             let to = end.next_multiple_of(ALLOCATE_AHEAD);
             w.file.allocate(to)?;
             w.allocated = to;
