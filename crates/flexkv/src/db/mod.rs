@@ -251,6 +251,7 @@ impl Db {
             }
         }
         let scan_read_threads = opts.scan_read_threads;
+        let poll_syncs = opts.poll_syncs;
         let vfs = Arc::clone(&opts.vfs);
         let fresh = check_directory(vfs.as_ref(), path, opts.create_if_missing)?;
         if fresh {
@@ -355,7 +356,7 @@ impl Db {
             vlog,
             wal,
             group: GroupCommit::new(),
-            sync: SyncPoint::new(last),
+            sync: SyncPoint::new(last, poll_syncs),
             vis: Visibility::new(last),
             snapshots: Snapshots::default(),
             next_seq: Mutex::new(last),

@@ -69,6 +69,7 @@ pub struct Options {
     pub(crate) gc: GcOptions,
     pub(crate) scan_read_threads: usize,
     pub(crate) scan_reads_slow: bool,
+    pub(crate) poll_syncs: bool,
 }
 
 /// Value-log garbage collection settings ([`Builder::gc`]); set fields with
@@ -153,6 +154,7 @@ impl Default for Options {
                 .map_or(1, |n| n.get().saturating_sub(1))
                 .clamp(1, 8),
             scan_reads_slow: false,
+            poll_syncs: true,
         }
     }
 }
@@ -295,6 +297,17 @@ impl Builder {
     /// than from the page cache, where they only take turns with the scan.
     pub fn scan_read_threads(mut self, threads: usize) -> Self {
         self.opts.scan_read_threads = threads;
+        self
+    }
+
+    /// Whether a `Sync` writer whose write the sync in flight covers polls for that
+    /// sync's end, yielding the CPU between looks, instead of sleeping until it is woken
+    /// (default: true). Only while syncs are fast: for at most twice the typical sync,
+    /// and not at all once syncs typically take over 125 µs. On two cores, eight `Sync`
+    /// writers put about 1.2 times as much per second with it, and used about a quarter
+    /// more CPU per put; turn it off where CPU time counts for more than write latency.
+    pub fn poll_syncs(mut self, yes: bool) -> Self {
+        self.opts.poll_syncs = yes;
         self
     }
 

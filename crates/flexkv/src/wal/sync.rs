@@ -13,12 +13,30 @@
 //! covering one writer and covering the rest. The deferral is bounded (each thread has
 //! at most one write in the queue) and the queue wakes the waiters whenever it changes
 //! ([`SyncPoint::nudge`]). For the same reason a writer about to start a sync first
-//! yields the CPU once, so that writers the last sync just woke can queue their writes. A failed sync is permanent (Linux may drop the dirty pages it could not
-//! write and report success later): every later wait fails.
+//! yields the CPU once, so that writers the last sync just woke can queue their writes.
+//!
+//! A waiter that the sync in flight covers *polls* for its end, yielding the CPU
+//! between looks, instead of sleeping, if syncs have been fast: up to twice the
+//! typical sync time from the sync's start, and never past [`POLL_LIMIT`]. Waking a
+//! sleeper costs the waker a system call and, on another core, an interrupt, and on the
+//! two virtual cores this was measured on the eight writers a sync covered came back
+//! over 10–70 µs, one after another, while the next sync waited for them. A poller sees
+//! the new watermark on its next look. Where syncs are slow, nobody polls: the wake-up
+//! is small beside the sync, and polling through it would burn a core.
+//!
+//! A failed sync is permanent (Linux may drop the dirty pages it could not write and
+//! report success later): every later wait fails.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::{Error, Result};
+
+/// The longest a waiter polls for a sync's end, from the sync's start; syncs typically
+/// longer than half of this are waited for asleep.
+const POLL_LIMIT: Duration = Duration::from_micros(250);
 
 #[derive(Debug)]
 struct State {
@@ -29,6 +47,11 @@ struct State {
     /// Waiters that hold back a sync only because the queue is busy: the ones a
     /// [`SyncPoint::nudge`] must wake.
     deferring: u32,
+    /// What the sync in flight covers, and when it started.
+    covering: u64,
+    started: Instant,
+    /// A moving average of recent syncs' durations (each new one weighs 1/8).
+    typical: Duration,
 }
 
 /// Tracks `written` and `durable` sequences and serializes syncs.
@@ -36,11 +59,18 @@ struct State {
 pub(crate) struct SyncPoint {
     st: Mutex<State>,
     cv: Condvar,
+    /// `st.durable`, for the waiters that poll it.
+    durable: AtomicU64,
+    /// Whether covered waiters may poll at all.
+    poll: bool,
+    /// Waits that polled, for tests.
+    polls: AtomicU64,
 }
 
 impl SyncPoint {
-    /// Starts with everything up to `seq` written and durable (what recovery found).
-    pub(crate) fn new(seq: u64) -> Self {
+    /// Starts with everything up to `seq` written and durable (what recovery found);
+    /// `poll` lets covered waiters poll for fast syncs' ends.
+    pub(crate) fn new(seq: u64, poll: bool) -> Self {
         SyncPoint {
             st: Mutex::new(State {
                 written: seq,
@@ -48,8 +78,15 @@ impl SyncPoint {
                 in_flight: false,
                 failed: false,
                 deferring: 0,
+                covering: seq,
+                started: Instant::now(),
+                // Nobody polls until a few syncs have shown they are fast.
+                typical: POLL_LIMIT,
             }),
             cv: Condvar::new(),
+            durable: AtomicU64::new(seq),
+            poll,
+            polls: AtomicU64::new(0),
         }
     }
 
@@ -102,12 +139,26 @@ impl SyncPoint {
     ) -> Result<()> {
         let mut st = self.st.lock();
         let mut yielded = false;
+        let mut polled = false;
         loop {
             if st.failed {
                 return Err(Error::Poisoned);
             }
             if st.durable >= target {
                 return Ok(());
+            }
+            let fast = st.typical * 2 <= POLL_LIMIT;
+            if self.poll && st.in_flight && target <= st.covering && !polled && fast {
+                // Once per wait: a sync that outlasts the poll is waited for asleep.
+                polled = true;
+                self.polls.fetch_add(1, Ordering::Relaxed);
+                let until = st.started + st.typical * 2;
+                drop(st);
+                while self.durable.load(Ordering::Acquire) < target && Instant::now() < until {
+                    std::thread::yield_now();
+                }
+                st = self.st.lock();
+                continue;
             }
             if st.in_flight {
                 self.cv.wait(&mut st);
@@ -132,12 +183,20 @@ impl SyncPoint {
             debug_assert!(st.written >= target, "waiting for an unwritten sequence");
             st.in_flight = true;
             let covers = st.written;
+            st.covering = covers;
+            let started = Instant::now();
+            st.started = started;
             drop(st);
             let r = sync();
+            let took = started.elapsed();
             st = self.st.lock();
             st.in_flight = false;
+            st.typical = (st.typical * 7 + took) / 8;
             match r {
-                Ok(()) => st.durable = st.durable.max(covers),
+                Ok(()) => {
+                    st.durable = st.durable.max(covers);
+                    self.durable.store(st.durable, Ordering::Release);
+                }
                 Err(_) => st.failed = true,
             }
             self.cv.notify_all();
@@ -151,10 +210,11 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn one_sync_covers_everything_written_before_it() {
-        let sp = SyncPoint::new(0);
+        let sp = SyncPoint::new(0, true);
         sp.written(5);
         let syncs = AtomicUsize::new(0);
         let sync = || {
@@ -169,7 +229,7 @@ mod tests {
 
     #[test]
     fn a_failed_sync_fails_every_later_wait() {
-        let sp = SyncPoint::new(0);
+        let sp = SyncPoint::new(0, true);
         sp.written(1);
         let err = sp.wait_durable(1, || false, || Err(Error::invalid("disk gone")));
         assert!(matches!(err, Err(Error::InvalidArgument(_))));
@@ -181,15 +241,16 @@ mod tests {
         assert!(sp.failed());
     }
 
-    #[test]
-    fn concurrent_waiters_share_syncs_and_all_return() {
-        let sp = Arc::new(SyncPoint::new(0));
+    /// Eight threads wait for 8 × `rounds` sequences, each sync taking `sync_for`
+    /// (spent spinning, so its length does not depend on the timer's slack); every wait
+    /// must return with its sequence durable. Returns the number of syncs.
+    fn hammer(sp: &Arc<SyncPoint>, rounds: u64, sync_for: Duration) -> usize {
         let syncs = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..8u64)
             .map(|t| {
-                let (sp, syncs) = (Arc::clone(&sp), Arc::clone(&syncs));
+                let (sp, syncs) = (Arc::clone(sp), Arc::clone(&syncs));
                 std::thread::spawn(move || {
-                    for i in 0..200u64 {
+                    for i in 0..rounds {
                         let seq = i * 8 + t + 1;
                         sp.written(seq);
                         sp.wait_durable(
@@ -197,7 +258,10 @@ mod tests {
                             || false,
                             || {
                                 syncs.fetch_add(1, Ordering::Relaxed);
-                                std::thread::sleep(std::time::Duration::from_micros(50));
+                                let t0 = Instant::now();
+                                while t0.elapsed() < sync_for {
+                                    std::hint::spin_loop();
+                                }
                                 Ok(())
                             },
                         )
@@ -210,7 +274,115 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        let n = syncs.load(Ordering::Relaxed);
+        syncs.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn concurrent_waiters_share_syncs_and_all_return() {
+        let sp = Arc::new(SyncPoint::new(0, true));
+        let n = hammer(&sp, 200, Duration::from_micros(50));
         assert!(n < 1600, "{n} syncs for 1600 waits: none was shared");
+    }
+
+    /// Runs 16 syncs of `warmup` each, then one more that a second waiter, covered by
+    /// it, waits for; the sync lasts until that waiter polls (or 50 ms). Returns whether
+    /// it polled.
+    fn covered_waiter_polls(poll: bool, warmup: Duration) -> bool {
+        let sp = Arc::new(SyncPoint::new(0, poll));
+        let spin = |d: Duration| {
+            let t0 = Instant::now();
+            while t0.elapsed() < d {
+                std::hint::spin_loop();
+            }
+        };
+        for seq in 1..=16 {
+            sp.written(seq);
+            sp.wait_durable(
+                seq,
+                || false,
+                || {
+                    spin(warmup);
+                    Ok(())
+                },
+            )
+            .unwrap();
+        }
+        sp.written(20);
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let syncer = {
+            let sp = Arc::clone(&sp);
+            std::thread::spawn(move || {
+                let sync = || {
+                    started_tx.send(()).unwrap();
+                    let t0 = Instant::now();
+                    while sp.polls.load(Ordering::Relaxed) == 0
+                        && t0.elapsed() < Duration::from_millis(50)
+                    {
+                        std::thread::yield_now();
+                    }
+                    Ok(())
+                };
+                sp.wait_durable(20, || false, sync)
+            })
+        };
+        started_rx.recv().unwrap();
+        sp.wait_durable(19, || false, || Ok(())).unwrap();
+        syncer.join().unwrap().unwrap();
+        assert_eq!(sp.durable(), 20);
+        sp.polls.load(Ordering::Relaxed) > 0
+    }
+
+    /// A waiter the sync in flight covers polls for it while syncs are fast, never when
+    /// polling is off, and not once syncs are slow; it returns durable either way.
+    #[test]
+    fn covered_waiters_poll_only_fast_syncs_and_only_when_allowed() {
+        assert!(covered_waiter_polls(true, Duration::ZERO), "did not poll");
+        assert!(
+            !covered_waiter_polls(false, Duration::ZERO),
+            "polled when off"
+        );
+        let slow = Duration::from_millis(1);
+        assert!(!covered_waiter_polls(true, slow), "polled after slow syncs");
+    }
+
+    /// A waiter that polls for a sync which then fails gets the failure.
+    #[test]
+    fn a_failed_sync_fails_the_waiters_polling_for_it() {
+        let sp = Arc::new(SyncPoint::new(0, true));
+        // Fast syncs first, so that the next one is polled for.
+        for seq in 1..=32 {
+            sp.written(seq);
+            sp.wait_durable(seq, || false, || Ok(())).unwrap();
+        }
+        sp.written(40);
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let syncer = {
+            let sp = Arc::clone(&sp);
+            std::thread::spawn(move || {
+                let polls = sp.polls.load(Ordering::Relaxed);
+                let sync = || {
+                    started_tx.send(()).unwrap();
+                    let t0 = Instant::now();
+                    while sp.polls.load(Ordering::Relaxed) == polls
+                        && t0.elapsed() < Duration::from_secs(5)
+                    {
+                        std::thread::yield_now();
+                    }
+                    Err(Error::invalid("disk gone"))
+                };
+                sp.wait_durable(40, || false, sync)
+            })
+        };
+        started_rx.recv().unwrap();
+        let waited = sp.wait_durable(39, || false, || Ok(()));
+        assert!(matches!(waited, Err(Error::Poisoned)), "{waited:?}");
+        assert!(
+            sp.polls.load(Ordering::Relaxed) > 0,
+            "the waiter did not poll"
+        );
+        assert!(matches!(
+            syncer.join().unwrap(),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }
