@@ -80,10 +80,22 @@ struct Active {
     id: u32,
     file: Arc<dyn VfsFile>,
     len: u64,
+    /// The file's length as this log last made it: `len`, or past it the zeros a sync
+    /// reserved ([`RESERVE`]).
+    allocated: u64,
     synced: bool,
     /// How much of the segment its mapping covers (0: none yet).
     mapped: u64,
 }
+
+/// After a sync, the active segment is extended with zeros to this far past its end
+/// (once less than half of that is left), so that the syncs after it overwrite blocks
+/// the file already has instead of growing it. A sync of a file whose size changed
+/// writes the inode and waits for it before the cache flush: a `Sync` put of an 8 KiB
+/// value synced the value log in about 200 µs, and the WAL in 85. Only syncs reserve:
+/// a buffered load writes each byte once, not zeros first. A segment is cut back to
+/// its last record when sealed, and at open.
+const RESERVE: u64 = 1 << 20;
 
 /// The active segment is mapped again once the bytes appended past its mapping reach
 /// this, or an eighth of the segment, whichever is more: a mapping costs a system call
@@ -264,6 +276,7 @@ impl ValueLog {
                     id,
                     file: Arc::clone(file),
                     len,
+                    allocated: len,
                     synced: true,
                     mapped: len,
                 }
@@ -276,6 +289,7 @@ impl ValueLog {
                     id: 1,
                     file,
                     len: 0,
+                    allocated: 0,
                     synced: true,
                     mapped: 0,
                 }
@@ -298,12 +312,13 @@ impl ValueLog {
     /// Cuts the active segment back to its last whole record, durably: a torn tail left
     /// by a crash must not be read as a record after new appends land beside it.
     pub(crate) fn cut_tail(&self) -> Result<()> {
-        let a = self.active.lock();
+        let mut a = self.active.lock();
         if a.file.len()? != a.len {
             a.file.set_len(a.len)?;
             a.file.sync()?;
             self.syncs.fetch_add(1, Ordering::Relaxed);
         }
+        a.allocated = a.len;
         Ok(())
     }
 
@@ -365,6 +380,7 @@ impl ValueLog {
         // failed write leaves them as garbage the next open cuts away.
         let base = a.len;
         a.len += total;
+        a.allocated = a.allocated.max(a.len);
         a.synced = false;
         let id = a.id;
         if a.len - a.mapped >= MAP_STEP.max(a.len / 8) {
@@ -399,6 +415,11 @@ impl ValueLog {
     /// Syncs the old active segment and starts the next one (made durable in the
     /// directory before anything points into it).
     fn roll(&self, a: &mut Active) -> Result<()> {
+        if a.allocated > a.len {
+            // Sealed segments end at their last record (GC's scan reads them whole).
+            a.file.set_len(a.len)?;
+            a.synced = false;
+        }
         if !a.synced {
             a.file.sync()?;
             self.syncs.fetch_add(1, Ordering::Relaxed);
@@ -417,6 +438,7 @@ impl ValueLog {
             id,
             file,
             len: 0,
+            allocated: 0,
             synced: true,
             mapped: 0,
         };
@@ -430,6 +452,13 @@ impl ValueLog {
             a.file.sync()?;
             a.synced = true;
             self.syncs.fetch_add(1, Ordering::Relaxed);
+            if a.allocated < a.len + RESERVE / 2 {
+                let to = (a.len + RESERVE).min(self.segment_size.max(a.len));
+                if to > a.allocated {
+                    a.file.allocate(to)?;
+                    a.allocated = to;
+                }
+            }
         }
         Ok(())
     }

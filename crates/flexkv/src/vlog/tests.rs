@@ -350,3 +350,74 @@ fn the_active_segment_is_mapped_as_it_grows_and_at_open() {
         assert_eq!(n, 0, "record {i} after reopening: from the mapping");
     }
 }
+
+/// On a real file system a sync extends the active segment with zeros past its last
+/// record; appends then land inside that, sealing a segment cuts it back to its last
+/// record (GC's scan reads sealed segments whole), and so does the next open.
+#[test]
+fn syncs_reserve_zeros_that_sealing_and_open_cut_away() {
+    use crate::io::RealVfs;
+    let dir = tempfile::tempdir().unwrap();
+    let vfs: Arc<dyn Vfs> = Arc::new(RealVfs);
+    let file_len = |id: u32| {
+        std::fs::metadata(dir.path().join(segment_name(id)))
+            .unwrap()
+            .len()
+    };
+    let end = |p: &Pointer, i: usize| p.offset + p.record_len(format!("key{i}").len());
+    let segment_size = 64 << 10;
+    let log = ValueLog::open(Arc::clone(&vfs), dir.path(), segment_size).unwrap();
+    let p0 = put(&log, 0);
+    log.sync().unwrap();
+    let reserved = file_len(1);
+    assert!(reserved > end(&p0, 0), "the sync reserved nothing");
+    assert!(reserved <= segment_size, "reserved past the segment size");
+    let p1 = put(&log, 1);
+    assert!(end(&p1, 1) < reserved);
+    assert_eq!(
+        file_len(1),
+        reserved,
+        "an append inside the reservation grew the file"
+    );
+    log.sync().unwrap();
+    drop(log);
+
+    let log = ValueLog::open(Arc::clone(&vfs), dir.path(), segment_size).unwrap();
+    log.cut_tail().unwrap();
+    assert_eq!(file_len(1), end(&p1, 1), "open kept the zeros");
+    for (i, p) in [(0, p0), (1, p1)] {
+        assert_eq!(
+            log.read(&p, 0, format!("key{i}").as_bytes()).unwrap(),
+            value(i)
+        );
+    }
+    // A sync after an append reserves up to the segment's size; the appends after it
+    // fill the segment and roll it.
+    let mut ptrs = vec![put(&log, 2)];
+    log.sync().unwrap();
+    assert_eq!(file_len(1), segment_size);
+    ptrs.extend((3..800).map(|i| put(&log, i)));
+    assert!(ptrs.last().unwrap().segment > 1, "the segment did not roll");
+    let scanned = log.scan_segment(1).unwrap();
+    assert_eq!(
+        scanned.len(),
+        2 + ptrs.iter().filter(|p| p.segment == 1).count()
+    );
+    let records_end = (ptrs.iter().enumerate())
+        .filter(|(_, p)| p.segment == 1)
+        .map(|(j, p)| end(p, j + 2))
+        .max()
+        .unwrap();
+    assert_eq!(
+        file_len(1),
+        records_end,
+        "the sealed segment kept its zeros"
+    );
+    for (j, p) in ptrs.iter().enumerate() {
+        let i = j + 2;
+        assert_eq!(
+            log.read(p, 0, format!("key{i}").as_bytes()).unwrap(),
+            value(i)
+        );
+    }
+}
