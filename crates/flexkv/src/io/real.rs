@@ -261,13 +261,15 @@ impl VfsFile for RealFile {
     /// over them before that is all that ever reaches the device.
     fn allocate(&self, len: u64) -> Result<()> {
         static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-        let mut at = self.len()?;
+        let from = self.len()?;
+        let mut slices = Vec::new();
+        let mut at = from;
         while at < len {
             let n = (len - at).min(ZEROS.len() as u64) as usize;
-            self.write_at(&ZEROS[..n], at)?;
+            slices.push(IoSlice::new(&ZEROS[..n]));
             at += n as u64;
         }
-        Ok(())
+        self.write_vectored_at(&slices, from)
     }
 
     fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {

@@ -103,7 +103,7 @@ impl SyncPoint {
 
     /// The highest sequence a completed sync covers.
     pub(crate) fn durable(&self) -> u64 {
-        self.st.lock().durable
+        self.durable.load(Ordering::Acquire)
     }
 
     /// Whether a sync has failed.
@@ -241,16 +241,15 @@ mod tests {
         assert!(sp.failed());
     }
 
-    /// Eight threads wait for 8 × `rounds` sequences, each sync taking `sync_for`
-    /// (spent spinning, so its length does not depend on the timer's slack); every wait
-    /// must return with its sequence durable. Returns the number of syncs.
-    fn hammer(sp: &Arc<SyncPoint>, rounds: u64, sync_for: Duration) -> usize {
+    #[test]
+    fn concurrent_waiters_share_syncs_and_all_return() {
+        let sp = Arc::new(SyncPoint::new(0, true));
         let syncs = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..8u64)
             .map(|t| {
-                let (sp, syncs) = (Arc::clone(sp), Arc::clone(&syncs));
+                let (sp, syncs) = (Arc::clone(&sp), Arc::clone(&syncs));
                 std::thread::spawn(move || {
-                    for i in 0..rounds {
+                    for i in 0..200u64 {
                         let seq = i * 8 + t + 1;
                         sp.written(seq);
                         sp.wait_durable(
@@ -258,10 +257,7 @@ mod tests {
                             || false,
                             || {
                                 syncs.fetch_add(1, Ordering::Relaxed);
-                                let t0 = Instant::now();
-                                while t0.elapsed() < sync_for {
-                                    std::hint::spin_loop();
-                                }
+                                std::thread::sleep(std::time::Duration::from_micros(50));
                                 Ok(())
                             },
                         )
@@ -274,38 +270,31 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        syncs.load(Ordering::Relaxed)
-    }
-
-    #[test]
-    fn concurrent_waiters_share_syncs_and_all_return() {
-        let sp = Arc::new(SyncPoint::new(0, true));
-        let n = hammer(&sp, 200, Duration::from_micros(50));
+        let n = syncs.load(Ordering::Relaxed);
         assert!(n < 1600, "{n} syncs for 1600 waits: none was shared");
     }
 
-    /// Runs 16 syncs of `warmup` each, then one more that a second waiter, covered by
-    /// it, waits for; the sync lasts until that waiter polls (or 50 ms). Returns whether
-    /// it polled.
-    fn covered_waiter_polls(poll: bool, warmup: Duration) -> bool {
+    /// Runs 16 syncs of `warmup` each, then one more, ending with `outcome`, that a
+    /// second waiter, covered by it, waits for; the sync lasts until that waiter polls,
+    /// or `patience` passes. Returns whether it polled, and what the waiter and the
+    /// syncer got.
+    fn covered_wait(
+        poll: bool,
+        warmup: Duration,
+        patience: Duration,
+        outcome: fn() -> Result<()>,
+    ) -> (bool, Result<()>, Result<()>) {
         let sp = Arc::new(SyncPoint::new(0, poll));
-        let spin = |d: Duration| {
-            let t0 = Instant::now();
-            while t0.elapsed() < d {
-                std::hint::spin_loop();
-            }
-        };
         for seq in 1..=16 {
             sp.written(seq);
-            sp.wait_durable(
-                seq,
-                || false,
-                || {
-                    spin(warmup);
-                    Ok(())
-                },
-            )
-            .unwrap();
+            let sync = || {
+                let t0 = Instant::now();
+                while t0.elapsed() < warmup {
+                    std::hint::spin_loop();
+                }
+                Ok(())
+            };
+            sp.wait_durable(seq, || false, sync).unwrap();
         }
         sp.written(20);
         let (started_tx, started_rx) = std::sync::mpsc::channel();
@@ -315,74 +304,50 @@ mod tests {
                 let sync = || {
                     started_tx.send(()).unwrap();
                     let t0 = Instant::now();
-                    while sp.polls.load(Ordering::Relaxed) == 0
-                        && t0.elapsed() < Duration::from_millis(50)
-                    {
+                    while sp.polls.load(Ordering::Relaxed) == 0 && t0.elapsed() < patience {
                         std::thread::yield_now();
                     }
-                    Ok(())
+                    outcome()
                 };
                 sp.wait_durable(20, || false, sync)
             })
         };
         started_rx.recv().unwrap();
-        sp.wait_durable(19, || false, || Ok(())).unwrap();
-        syncer.join().unwrap().unwrap();
-        assert_eq!(sp.durable(), 20);
-        sp.polls.load(Ordering::Relaxed) > 0
+        let waited = sp.wait_durable(19, || false, || Ok(()));
+        let synced = syncer.join().unwrap();
+        (sp.polls.load(Ordering::Relaxed) > 0, waited, synced)
     }
 
     /// A waiter the sync in flight covers polls for it while syncs are fast, never when
     /// polling is off, and not once syncs are slow; it returns durable either way.
     #[test]
     fn covered_waiters_poll_only_fast_syncs_and_only_when_allowed() {
-        assert!(covered_waiter_polls(true, Duration::ZERO), "did not poll");
-        assert!(
-            !covered_waiter_polls(false, Duration::ZERO),
-            "polled when off"
-        );
         let slow = Duration::from_millis(1);
-        assert!(!covered_waiter_polls(true, slow), "polled after slow syncs");
+        for (poll, warmup, polls) in [
+            (true, Duration::ZERO, true),
+            (false, Duration::ZERO, false),
+            (true, slow, false),
+        ] {
+            // Long enough for the waiter to begin, when it is expected to poll.
+            let patience = Duration::from_millis(if polls { 5000 } else { 50 });
+            let (polled, waited, synced) = covered_wait(poll, warmup, patience, || Ok(()));
+            assert_eq!(polled, polls, "poll {poll}, syncs of {warmup:?}");
+            assert!(waited.is_ok() && synced.is_ok(), "{waited:?} {synced:?}");
+        }
     }
 
     /// A waiter that polls for a sync which then fails gets the failure.
     #[test]
     fn a_failed_sync_fails_the_waiters_polling_for_it() {
-        let sp = Arc::new(SyncPoint::new(0, true));
-        // Fast syncs first, so that the next one is polled for.
-        for seq in 1..=32 {
-            sp.written(seq);
-            sp.wait_durable(seq, || false, || Ok(())).unwrap();
-        }
-        sp.written(40);
-        let (started_tx, started_rx) = std::sync::mpsc::channel();
-        let syncer = {
-            let sp = Arc::clone(&sp);
-            std::thread::spawn(move || {
-                let polls = sp.polls.load(Ordering::Relaxed);
-                let sync = || {
-                    started_tx.send(()).unwrap();
-                    let t0 = Instant::now();
-                    while sp.polls.load(Ordering::Relaxed) == polls
-                        && t0.elapsed() < Duration::from_secs(5)
-                    {
-                        std::thread::yield_now();
-                    }
-                    Err(Error::invalid("disk gone"))
-                };
-                sp.wait_durable(40, || false, sync)
-            })
-        };
-        started_rx.recv().unwrap();
-        let waited = sp.wait_durable(39, || false, || Ok(()));
+        let (polled, waited, synced) =
+            covered_wait(true, Duration::ZERO, Duration::from_secs(5), || {
+                Err(Error::invalid("disk gone"))
+            });
+        assert!(polled, "the waiter did not poll");
         assert!(matches!(waited, Err(Error::Poisoned)), "{waited:?}");
         assert!(
-            sp.polls.load(Ordering::Relaxed) > 0,
-            "the waiter did not poll"
+            matches!(synced, Err(Error::InvalidArgument(_))),
+            "{synced:?}"
         );
-        assert!(matches!(
-            syncer.join().unwrap(),
-            Err(Error::InvalidArgument(_))
-        ));
     }
 }
