@@ -164,21 +164,115 @@ fn a_damaged_value_read_ahead_is_an_error_for_its_item_and_the_scan_goes_on() {
         .unwrap();
     bytes[at + 10] ^= 0x55;
     vfs.set_contents(&seg, bytes).unwrap();
-    let items: Vec<_> = db.iter().collect();
-    assert_eq!(items.len(), 300, "the scan went on past the damage");
-    for (i, item) in items.iter().enumerate() {
-        match item {
-            Ok((k, v)) => {
-                assert_ne!(i, 150, "the damaged value was returned");
-                assert_eq!((k, v), (&key(i), &value(i, 0)));
-            }
-            Err(e) => {
-                assert_eq!(i, 150, "item {i}: {e}");
-                assert!(matches!(e, flexkv::Error::Corruption { .. }), "{e}");
+    // Copied out, and borrowed (checked where the value lies, in the mapping).
+    let copied: Vec<_> = db.iter().collect();
+    let mut borrowed = Vec::new();
+    let mut it = db.iter();
+    while let Some(item) = it.next_ref() {
+        borrowed.push(item.map(|(k, v)| (k.to_vec(), v.to_vec())));
+    }
+    for items in [copied, borrowed] {
+        assert_eq!(items.len(), 300, "the scan went on past the damage");
+        for (i, item) in items.iter().enumerate() {
+            match item {
+                Ok((k, v)) => {
+                    assert_ne!(i, 150, "the damaged value was returned");
+                    assert_eq!((k, v), (&key(i), &value(i, 0)));
+                }
+                Err(e) => {
+                    assert_eq!(i, 150, "item {i}: {e}");
+                    assert!(matches!(e, flexkv::Error::Corruption { .. }), "{e}");
+                }
             }
         }
     }
-    assert!(db.stats().values_read_ahead > 100);
+    assert!(db.stats().values_read_ahead > 200);
+}
+
+/// On the real file system (values read ahead from mappings of the value log): pairs
+/// borrowed with `next_ref` are those `next` copies out, both ways and mixed; a value
+/// borrowed from a segment stays right after GC has moved it and removed the segment.
+#[test]
+fn borrowed_pairs_are_the_copied_ones_and_outlive_their_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    let mut model = BTreeMap::new();
+    // Odd keys rewritten: every segment of the first round is half garbage.
+    for round in 0..2 {
+        for i in (round..600).step_by(round + 1) {
+            db.put(&key(i), &value(i, round)).unwrap();
+            model.insert(key(i), value(i, round));
+        }
+    }
+    db.flush().unwrap();
+    let want: Vec<_> = model.into_iter().collect();
+    let before = db.stats().values_read_ahead;
+    let mut it = db.iter();
+    let mut got = Vec::new();
+    while let Some(item) = it.next_ref() {
+        let (k, v) = item.unwrap();
+        got.push((k.to_vec(), v.to_vec()));
+    }
+    assert_eq!(got, want);
+    assert!(db.stats().values_read_ahead - before > 500, "read ahead");
+    let mut it = db.iter();
+    let mut back = Vec::new();
+    while let Some(item) = it.next_back_ref() {
+        let (k, v) = item.unwrap();
+        back.push((k.to_vec(), v.to_vec()));
+    }
+    assert!(back.iter().rev().eq(want.iter()));
+    // Borrowed and copied in turn, from both ends.
+    let mut it = db.iter();
+    let (mut front, mut rear) = (0, want.len());
+    while front < rear {
+        let pair = match (front + rear) % 4 {
+            0 => it.next().map(|r| r.unwrap()),
+            1 => it
+                .next_ref()
+                .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap()),
+            2 => it.next_back().map(|r| r.unwrap()),
+            _ => (it.next_back_ref()).map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap()),
+        };
+        let i = if (front + rear) % 4 < 2 {
+            front += 1;
+            front - 1
+        } else {
+            rear -= 1;
+            rear
+        };
+        assert_eq!(pair.as_ref(), Some(&want[i]), "pair {i}");
+    }
+    assert!(it.next_ref().is_none());
+    // GC moves the even keys' values (key 100's among them) out of the first round's
+    // segments and removes those, while key 100's value is borrowed.
+    let mut it = db.iter();
+    for _ in 0..100 {
+        it.next_ref().unwrap().unwrap();
+    }
+    let (k, v) = it.next_ref().unwrap().unwrap();
+    let segments = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("vlog-"))
+            .collect::<Vec<_>>()
+    };
+    let holds_100 = |name: &String| {
+        let bytes = std::fs::read(dir.path().join(name)).unwrap();
+        bytes.windows(6).any(|w| w == b"100:0:")
+    };
+    let holder = segments(dir.path()).into_iter().find(holds_100).unwrap();
+    let r = db.gc().unwrap();
+    assert!(r.segments_removed > 0, "{r:?}");
+    assert!(!dir.path().join(&holder).exists(), "{holder} was removed");
+    assert_eq!((k, v), (&want[100].0[..], &want[100].1[..]));
+    let mut rest = Vec::new();
+    while let Some(item) = it.next_ref() {
+        let (k, v) = item.unwrap();
+        rest.push((k.to_vec(), v.to_vec()));
+    }
+    assert_eq!(rest, want[101..]);
 }
 
 /// GC moves every value and removes the segments while a scan, a snapshot scan and

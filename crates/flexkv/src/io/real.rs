@@ -148,9 +148,12 @@ impl VfsFile for RealFile {
         // past that, open cuts a torn tail only past it, and GC unlinks a sealed segment
         // whole, whose pages the mapping keeps). The
         // database's lock file keeps other flexkv processes out of the directory; a
-        // process that ignores it and rewrites a sealed segment breaks that promise, and
-        // the value log copies a value out before checking its checksum, so such a
-        // change is caught as corruption rather than returned.
+        // process that ignores it and rewrites a sealed segment breaks that promise. A
+        // point read copies a value out before checking its checksum, so such a change
+        // is caught as corruption rather than returned; a scan whose caller borrows its
+        // pairs checks the value in place and hands out the mapping's bytes, which such
+        // a process could change after the check (as with any engine that reads through
+        // a mapping, LMDB's among them).
         let map = unsafe { memmap2::MmapOptions::new().len(size).map(&self.file) }.ok()?;
         // Only advice: a refusal changes how pages are read, not what.
         let _ = map.advise(memmap2::Advice::Random);

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{slow, RunRead};
+use super::{slow, RunRead, ValueBytes};
 use crate::Result;
 
 /// A read handed to the reader threads.
@@ -34,7 +34,7 @@ pub(crate) struct Job {
     phase: AtomicU8,
     /// One result per item of the run, there once the phase is [`DONE`]; each is taken
     /// out as the scan comes to it.
-    got: Mutex<Vec<Option<Result<Vec<u8>>>>>,
+    got: Mutex<Vec<Option<Result<ValueBytes>>>>,
     ready: Condvar,
     /// The read took longer than the page cache would ([`slow`]).
     slow: AtomicBool,
@@ -126,7 +126,7 @@ impl Job {
     /// The value of item `i` of the run (each item is taken once): read now if no
     /// thread has begun the job, waited for if one has. With it, whether the read
     /// waited on the device (the scan then keeps more reads in flight).
-    pub(crate) fn take(&self, i: usize) -> (Result<Vec<u8>>, bool) {
+    pub(crate) fn take(&self, i: usize) -> (Result<ValueBytes>, bool) {
         self.read_if_queued();
         spin_until(|| self.phase.load(Ordering::Acquire) == DONE);
         let mut g = self.got.lock();
@@ -331,7 +331,7 @@ mod tests {
             .into_iter()
             .map(|(i, order)| wanted(&ptrs, i, order))
             .collect();
-        let runs = log.plan_reads(want);
+        let runs = log.plan_reads(want, false);
         let items: Vec<Vec<u64>> = runs
             .iter()
             .map(|r| r.items().iter().map(|w| w.order).collect())
@@ -345,7 +345,7 @@ mod tests {
             for (i, w) in job.run().items().iter().enumerate() {
                 let (got, _) = job.take(i);
                 let n = ptrs.iter().position(|p| *p == w.ptr).unwrap() as u8;
-                assert_eq!(got.unwrap(), vec![n; 1024], "order {}", w.order);
+                assert_eq!(got.unwrap().into_vec(), vec![n; 1024], "order {}", w.order);
             }
         }
         assert_eq!(vfs.op_count() - before, 1 + 1 + 2);
@@ -357,7 +357,7 @@ mod tests {
     fn a_job_no_scan_holds_is_skipped_and_a_held_one_read_once() {
         let vfs = FaultVfs::new(2);
         let (log, ptrs) = log(&vfs, 4);
-        let runs = log.plan_reads(vec![wanted(&ptrs, 0, 0), wanted(&ptrs, 2, 1)]);
+        let runs = log.plan_reads(vec![wanted(&ptrs, 0, 0), wanted(&ptrs, 2, 1)], false);
         let jobs: Vec<Arc<Job>> = runs.into_iter().map(|r| Arc::new(Job::new(r))).collect();
         let queue = Queue::default();
         queue.jobs.lock().jobs.extend(jobs.iter().cloned());
@@ -373,7 +373,7 @@ mod tests {
         );
         assert_eq!(held.phase.load(Ordering::Acquire), DONE);
         assert!(!held.claim(), "a read job is never claimed again");
-        assert_eq!(held.take(0).0.unwrap(), vec![0u8; 1024]);
+        assert_eq!(held.take(0).0.unwrap().into_vec(), vec![0u8; 1024]);
         assert_eq!(
             vfs.op_count() - before,
             2,
@@ -389,10 +389,13 @@ mod tests {
         let (log, ptrs) = log(&vfs, 8);
         // Two batches of two jobs each, far apart in the file so none merge.
         let batch = |a: usize, b: usize, order: u64| -> Vec<Arc<Job>> {
-            log.plan_reads(vec![wanted(&ptrs, a, order), wanted(&ptrs, b, order + 1)])
-                .into_iter()
-                .map(|r| Arc::new(Job::new(r)))
-                .collect()
+            log.plan_reads(
+                vec![wanted(&ptrs, a, order), wanted(&ptrs, b, order + 1)],
+                false,
+            )
+            .into_iter()
+            .map(|r| Arc::new(Job::new(r)))
+            .collect()
         };
         let taken = |first: First| -> Vec<u64> {
             let mut w = Waiting::default();
@@ -412,7 +415,7 @@ mod tests {
     fn a_scan_waits_for_a_read_under_way() {
         let vfs = FaultVfs::new(3);
         let (log, ptrs) = log(&vfs, 2);
-        let run = log.plan_reads(vec![wanted(&ptrs, 1, 0)]).remove(0);
+        let run = log.plan_reads(vec![wanted(&ptrs, 1, 0)], false).remove(0);
         let job = Arc::new(Job::new(run));
         assert!(job.claim()); // as a thread would
         let reader = {
@@ -423,7 +426,7 @@ mod tests {
             })
         };
         let before = vfs.op_count();
-        assert_eq!(job.take(0).0.unwrap(), vec![1u8; 1024]);
+        assert_eq!(job.take(0).0.unwrap().into_vec(), vec![1u8; 1024]);
         reader.join().unwrap();
         assert_eq!(vfs.op_count() - before, 2, "read once, by the thread");
     }

@@ -19,7 +19,9 @@
 //!   segment whole, and the active one up to its length when last mapped (appends go
 //!   past it, and open cuts only past the last whole record; it is mapped again as it
 //!   grows). Reads of a record inside a mapping copy the value out and check the copy,
-//!   with no system call, while the page cache holds the segment; once a read has
+//!   with no system call, while the page cache holds the segment; a scan whose caller
+//!   borrows its pairs ([`ValueBytes::Mapped`]) checks the value where it lies and
+//!   hands out the mapping's bytes, with no copy at all. Once a read has
 //!   waited on the device they use `pread` (a fault on a mapped page reads one page and
 //!   blocks), until a run of reads is served at page-cache speed again
 //!   ([`ValueLog::device`]).
@@ -28,6 +30,7 @@
 //! module); the database's GC collects segments by those counts, relocating what is live.
 
 mod ahead;
+mod cold;
 mod record;
 mod usage;
 
@@ -130,13 +133,49 @@ pub(crate) struct Wanted {
     pub(crate) order: u64,
 }
 
+const HINT_START: usize = 2048;
+
+/// A value read through a pointer, checked: its own buffer, or the bytes of a
+/// segment's mapping, which it keeps alive (a segment GC removes keeps its pages while
+/// mapped).
+#[derive(Debug)]
+pub(crate) enum ValueBytes {
+    Owned(Vec<u8>),
+    Mapped {
+        map: Arc<Mapped>,
+        start: usize,
+        len: usize,
+    },
+}
+
+impl ValueBytes {
+    /// The value's bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            ValueBytes::Owned(v) => v,
+            ValueBytes::Mapped { map, start, len } => &map[*start..*start + *len],
+        }
+    }
+
+    /// The value in a buffer of its own (a copy, if it is borrowed from a mapping).
+    pub(crate) fn into_vec(self) -> Vec<u8> {
+        match self {
+            ValueBytes::Owned(v) => v,
+            b @ ValueBytes::Mapped { .. } => b.as_slice().to_vec(),
+        }
+    }
+}
+
 /// Records to read with one call: back to back in one segment, or a single one.
 #[derive(Debug)]
 pub(crate) struct RunRead {
     file: Arc<dyn VfsFile>,
     /// The segment's mapping, if it has one and reads were not waiting on the device
-    /// when the run was planned: the run is then copied out of it.
+    /// when the run was planned: the run is then copied out of it (or checked in it).
     map: Option<Arc<Mapped>>,
+    /// The scan borrows what it reads: values in the mapping are checked where they
+    /// lie and handed out as [`ValueBytes::Mapped`], not copied.
+    borrow: bool,
     /// In file order; never empty.
     items: Vec<Wanted>,
 }
@@ -147,9 +186,19 @@ impl RunRead {
         &self.items
     }
 
+    /// Asks the CPU to bring the start of the run's first record into its caches, if
+    /// it is in the mapping.
+    pub(crate) fn hint_start(&self) {
+        if let (Some(map), Ok(at)) = (&self.map, usize::try_from(self.items[0].ptr.offset)) {
+            if let Some(b) = map.get(at..at + HINT_START) {
+                cold::hint(b);
+            }
+        }
+    }
+
     /// Reads the run and checks each record as every read through a pointer is
     /// checked; the results are in the order of [`RunRead::items`].
-    pub(crate) fn read(&self) -> Vec<Result<Vec<u8>>> {
+    pub(crate) fn read(&self) -> Vec<Result<ValueBytes>> {
         let file = self.file.as_ref();
         let first = self.items[0].ptr;
         let last = &self.items[self.items.len() - 1];
@@ -159,12 +208,18 @@ impl RunRead {
         let map = (self.map.as_ref()).filter(|m| end <= m.len() as u64);
         if let Some(map) = map {
             return (self.items.iter())
-                .map(|w| read_record(file, Some(map), &w.ptr, w.ks, &w.key))
+                .map(|w| {
+                    if self.borrow {
+                        read_in_place(file, map, &w.ptr, w.ks, &w.key)
+                    } else {
+                        read_record(file, Some(map), &w.ptr, w.ks, &w.key).map(ValueBytes::Owned)
+                    }
+                })
                 .collect();
         }
         if let [w] = &self.items[..] {
             // One record: its value is read straight into the buffer returned.
-            return vec![read_direct(file, &w.ptr, w.ks, &w.key)];
+            return vec![read_direct(file, &w.ptr, w.ks, &w.key).map(ValueBytes::Owned)];
         }
         let len = end - first.offset;
         let mut buf = vec![0; len as usize];
@@ -177,7 +232,7 @@ impl RunRead {
                 let at = (w.ptr.offset - first.offset) as usize;
                 let rec = &buf[at..at + w.ptr.record_len(w.key.len()) as usize];
                 verified(rec, file.path(), &w.ptr, w.ks, &w.key)
-                    .map(|n| rec[HEADER_LEN + w.key.len()..][..n].to_vec())
+                    .map(|n| ValueBytes::Owned(rec[HEADER_LEN + w.key.len()..][..n].to_vec()))
             })
             .collect()
     }
@@ -613,8 +668,9 @@ impl ValueLog {
     /// first needs them (by [`Wanted::order`]). A value whose segment is gone is left
     /// out: the scan reads it the usual way, which finds the segment retired and looks
     /// the key up again. Each read holds its segment's handle, so GC removing the
-    /// segment later does not disturb it.
-    pub(crate) fn plan_reads(&self, mut want: Vec<Wanted>) -> Vec<RunRead> {
+    /// segment later does not disturb it. With `borrow`, values read from a mapping
+    /// are checked in place and borrowed from it (see [`RunRead::read`]).
+    pub(crate) fn plan_reads(&self, mut want: Vec<Wanted>, borrow: bool) -> Vec<RunRead> {
         want.sort_by_key(|w| (w.ptr.segment, w.ptr.offset));
         let mapped = !self.device();
         let segments = self.segments.read();
@@ -640,6 +696,7 @@ impl ValueLog {
                     RunRead {
                         file: Arc::clone(&seg.file),
                         map: seg.map.clone().filter(|_| mapped),
+                        borrow,
                         items: vec![w],
                     },
                 ));
@@ -809,10 +866,37 @@ fn read_record(
     };
     let (head, payload) = rec.split_at(HEADER_LEN + key.len());
     let stored_key = &head[HEADER_LEN..];
-    let value = payload.to_vec();
+    let value = cold::to_vec(payload);
     let payload_crc = crc32c::crc32c_append(crc32c::crc32c(stored_key), &value);
     check_record(head, payload_crc, stored_key, file.path(), ptr, ks, key)?;
     Ok(value)
+}
+
+/// The value of record `ptr` of `(ks, key)` in `map`, checked where it lies and
+/// borrowed from it: no copy. The mapping holds bytes that never change (see
+/// [`VfsFile::map`]), so the bytes the caller sees are the bytes the checksum covered;
+/// a record the mapping does not hold whole is read from `file` into a buffer.
+fn read_in_place(
+    file: &dyn VfsFile,
+    map: &Arc<Mapped>,
+    ptr: &Pointer,
+    ks: KeyspaceId,
+    key: &[u8],
+) -> Result<ValueBytes> {
+    let start = usize::try_from(ptr.offset).ok();
+    let len = usize::try_from(ptr.record_len(key.len())).ok();
+    let rec = start
+        .zip(len)
+        .and_then(|(s, l)| map.get(s..s.checked_add(l)?));
+    let (Some(start), Some(rec)) = (start, rec) else {
+        return read_direct(file, ptr, ks, key).map(ValueBytes::Owned);
+    };
+    let n = verified(rec, file.path(), ptr, ks, key)?;
+    Ok(ValueBytes::Mapped {
+        map: Arc::clone(map),
+        start: start + HEADER_LEN + key.len(),
+        len: n,
+    })
 }
 
 /// Reads the record `ptr` of `(ks, key)` with the header and key in one buffer and the
@@ -839,7 +923,8 @@ fn read_direct(file: &dyn VfsFile, ptr: &Pointer, ks: KeyspaceId, key: &[u8]) ->
 fn verified(rec: &[u8], path: &Path, ptr: &Pointer, ks: KeyspaceId, key: &[u8]) -> Result<usize> {
     let payload = rec.get(HEADER_LEN..).unwrap_or_default();
     let stored_key = payload.get(..key.len()).unwrap_or_default();
-    check_record(rec, crc32c::crc32c(payload), stored_key, path, ptr, ks, key)?;
+    let crc = cold::crc32c_append(0, payload);
+    check_record(rec, crc, stored_key, path, ptr, ks, key)?;
     Ok(ptr.len as usize)
 }
 
