@@ -14,6 +14,7 @@ mod error;
 pub mod flextree;
 pub mod io;
 mod le;
+mod prefetch;
 pub mod sorted;
 pub mod space;
 

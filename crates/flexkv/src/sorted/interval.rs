@@ -11,6 +11,7 @@
 use smallvec::SmallVec;
 
 use super::record::{peek_key, Record};
+use crate::prefetch::{prefetch, Level};
 
 /// Bytes of bookkeeping per record, for the cache's size accounting: its span and its
 /// fingerprint.
@@ -95,29 +96,6 @@ impl PartialEq for Referenced {
 }
 
 impl Eq for Referenced {}
-
-/// Asks the processor to bring the cache lines of `bytes` in, without waiting for
-/// them. On x86-64 a prefetch hint per line; elsewhere a load of each line's first
-/// byte, whose misses the processor overlaps but which the caller then waits for.
-/// Measured on `seekrandom` (1M pairs, six alternating pairs against the loads):
-/// median 1.10× (docs/benchmarks.md, twenty-eighth session).
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        #[allow(unsafe_code)]
-        // SAFETY: a prefetch is a hint: it reads nothing the program can observe and
-        // never faults, whatever the address; SSE is part of every x86-64 processor.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast());
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let x = bytes.iter().step_by(64).fold(0u8, |x, b| x ^ b);
-        std::hint::black_box(x);
-    }
-}
 
 /// The key fingerprint of FlexDB's interval cache.
 pub(crate) fn fingerprint(key: &[u8]) -> u16 {
@@ -254,7 +232,9 @@ impl Loaded {
         }
         let start = self.spans[range.start].start as usize;
         let end = self.span(range.end - 1).1;
-        prefetch(&self.bytes[start..end]);
+        // Measured on `seekrandom` (1M pairs, six alternating pairs against loads of
+        // each line): median 1.10× (docs/benchmarks.md, twenty-eighth session).
+        prefetch(&self.bytes[start..end], Level::L1);
     }
 
     /// The key of record `i`.

@@ -12,7 +12,7 @@
 //! that; with hints into the first-level cache 2 KiB ahead, about 1.25×
 //! (docs/benchmarks.md, the thirtieth session).
 
-#![allow(unsafe_code)]
+use crate::prefetch::{prefetch, Level};
 
 /// The checksum works through this many bytes between hints (a multiple of the 768
 /// bytes `crc32c` checksums in three streams at once)...
@@ -57,22 +57,10 @@ fn in_steps(bytes: &[u8], mut f: impl FnMut(&[u8])) {
     }
 }
 
-/// Asks the CPU to bring every cache line of `bytes` into its second-level cache.
-#[cfg(target_arch = "x86_64")]
+/// Asks for every cache line of `bytes` into the second-level cache.
 pub(crate) fn hint(bytes: &[u8]) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-    for line in bytes.chunks(64) {
-        // SAFETY: a prefetch is a hint: it never faults, changes no memory and no
-        // register the program can see, whatever the address. The address is in
-        // `bytes`, a live slice, anyway. SSE (which the instruction needs) is part of
-        // every x86-64 CPU.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
-    }
+    prefetch(bytes, Level::L2);
 }
-
-/// Elsewhere: no hint (the checksum is the same).
-#[cfg(not(target_arch = "x86_64"))]
-pub(crate) fn hint(_bytes: &[u8]) {}
 
 #[cfg(test)]
 mod tests {
