@@ -11,7 +11,7 @@
 use smallvec::SmallVec;
 
 use super::record::{peek_key, Record};
-use crate::prefetch::{prefetch, Level};
+use crate::prefetch::prefetch;
 
 /// Bytes of bookkeeping per record, for the cache's size accounting: its span and its
 /// fingerprint.
@@ -232,9 +232,10 @@ impl Loaded {
         }
         let start = self.spans[range.start].start as usize;
         let end = self.span(range.end - 1).1;
-        // Measured on `seekrandom` (1M pairs, six alternating pairs against loads of
-        // each line): median 1.10× (docs/benchmarks.md, twenty-eighth session).
-        prefetch(&self.bytes[start..end], Level::L1);
+        // Measured on `seekrandom` (1M pairs): hints into the first-level cache against
+        // loads of each line, median 1.10× (twenty-eighth session); into the second-level
+        // cache against the first, 1.09× (thirtieth; docs/benchmarks.md).
+        prefetch(&self.bytes[start..end]);
     }
 
     /// The key of record `i`.
@@ -247,10 +248,9 @@ impl Loaded {
     /// Record `i`.
     pub(crate) fn record(&self, i: usize) -> Record<'_> {
         let (start, end) = self.span(i);
-        match Record::decode_verified(&self.bytes[start..end]) {
-            Ok((r, _)) => r,
-            Err(e) => unreachable!("record {i} was verified when the interval was built: {e}"),
-        }
+        let s = self.spans[i];
+        let rec = &self.bytes[start..end];
+        Record::decode_laid_out(rec, usize::from(s.key_off), usize::from(s.key_len))
     }
 
     /// The record with key `key`, found by fingerprint.

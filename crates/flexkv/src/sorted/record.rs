@@ -77,16 +77,6 @@ impl Record<'_> {
     /// Decodes the record at the start of `buf`; returns it and its length. `Err` says
     /// why the bytes are not a whole record.
     pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), &'static str> {
-        Self::decode_checked(buf, true)
-    }
-
-    /// [`Record::decode`] of bytes whose checksum was verified already (an interval in
-    /// memory): the same checks but the checksum's.
-    pub(crate) fn decode_verified(buf: &[u8]) -> Result<(Record<'_>, usize), &'static str> {
-        Self::decode_checked(buf, false)
-    }
-
-    fn decode_checked(buf: &[u8], crc: bool) -> Result<(Record<'_>, usize), &'static str> {
         let flags = *buf.first().ok_or("record cut short")?;
         if flags & !KNOWN != 0 || flags & (TOMBSTONE | SEPARATED) == TOMBSTONE | SEPARATED {
             return Err("unknown record flags");
@@ -107,7 +97,7 @@ impl Record<'_> {
             .ok_or("record length overflows")?;
         let total = end.checked_add(4).ok_or("record length overflows")?;
         let whole = buf.get(..total).ok_or("record cut short")?;
-        if crc && crc32c::crc32c(&whole[..end]) != get_u32(whole, end) {
+        if crc32c::crc32c(&whole[..end]) != get_u32(whole, end) {
             return Err("record checksum mismatch");
         }
         let key = &whole[at..at + key_len];
@@ -140,6 +130,45 @@ impl Record<'_> {
             },
             total,
         ))
+    }
+}
+
+impl<'a> Record<'a> {
+    /// The record `rec` (exactly its bytes), verified already (an interval in memory),
+    /// whose key lies at `key_off` and is `key_len` bytes long: the flags and the
+    /// sequence are read from the header, and the value is what lies between the key
+    /// and the prior pointer (if any) and the checksum. What a scan pays per record,
+    /// where [`Record::decode`] also reads both lengths and checks every bound.
+    pub(crate) fn decode_laid_out(rec: &'a [u8], key_off: usize, key_len: usize) -> Record<'a> {
+        let broken = |what: &str| -> ! { unreachable!("a verified record's {what}") };
+        let flags = rec[0];
+        let mut at = 1;
+        let seq = varint(rec, &mut at).unwrap_or_else(|_| broken("sequence"));
+        let key_end = key_off + key_len;
+        let prior_len = if flags & PRIOR != 0 {
+            Pointer::ENCODED_LEN
+        } else {
+            0
+        };
+        let body_end = rec.len() - 4 - prior_len;
+        let body = &rec[key_end..body_end];
+        let value = if flags & TOMBSTONE != 0 {
+            RecordValue::Tombstone
+        } else if flags & SEPARATED != 0 {
+            RecordValue::Separated(Pointer::decode(body).unwrap_or_else(|| broken("pointer")))
+        } else {
+            RecordValue::Inline(body)
+        };
+        let prior = (prior_len > 0).then(|| {
+            Pointer::decode(&rec[body_end..body_end + prior_len])
+                .unwrap_or_else(|| broken("prior pointer"))
+        });
+        Record {
+            seq,
+            key: &rec[key_off..key_end],
+            value,
+            prior,
+        }
     }
 }
 
@@ -249,6 +278,18 @@ mod tests {
             prior: None,
         };
         assert_eq!(r.encode(&mut one), 16 + 100 + 1 + 2 + 1 + 1 + 4);
+    }
+
+    #[test]
+    fn a_record_laid_out_decodes_as_the_whole_decode_does() {
+        for r in samples() {
+            let mut buf = Vec::new();
+            let n = r.encode(&mut buf);
+            let (whole, _) = Record::decode(&buf).unwrap();
+            let key_off = whole.key.as_ptr() as usize - buf.as_ptr() as usize;
+            let laid = Record::decode_laid_out(&buf[..n], key_off, whole.key.len());
+            assert_eq!(laid, r);
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! that; with hints into the first-level cache 2 KiB ahead, about 1.25×
 //! (docs/benchmarks.md, the thirtieth session).
 
-use crate::prefetch::{prefetch, Level};
+use crate::prefetch::prefetch;
 
 /// The checksum works through this many bytes between hints (a multiple of the 768
 /// bytes `crc32c` checksums in three streams at once)...
@@ -41,7 +41,7 @@ fn in_steps(bytes: &[u8], mut f: impl FnMut(&[u8])) {
     if bytes.len() <= STEP {
         return f(bytes);
     }
-    hint(&bytes[..AHEAD.min(bytes.len())]);
+    prefetch(&bytes[..AHEAD.min(bytes.len())]);
     // Steps after the first start on an 8-byte boundary, where `crc32c` takes whole
     // words from the first byte.
     let mut end = STEP + bytes.as_ptr().align_offset(8);
@@ -49,17 +49,12 @@ fn in_steps(bytes: &[u8], mut f: impl FnMut(&[u8])) {
     while at < bytes.len() {
         end = end.min(bytes.len());
         if let Some(ahead) = bytes.get(at + AHEAD..(end + AHEAD).min(bytes.len())) {
-            hint(ahead);
+            prefetch(ahead);
         }
         f(&bytes[at..end]);
         at = end;
         end = at + STEP;
     }
-}
-
-/// Asks for every cache line of `bytes` into the second-level cache.
-pub(crate) fn hint(bytes: &[u8]) {
-    prefetch(bytes, Level::L2);
 }
 
 #[cfg(test)]

@@ -191,7 +191,7 @@ impl RunRead {
     pub(crate) fn hint_start(&self) {
         if let (Some(map), Ok(at)) = (&self.map, usize::try_from(self.items[0].ptr.offset)) {
             if let Some(b) = map.get(at..at + HINT_START) {
-                cold::hint(b);
+                crate::prefetch::prefetch(b);
             }
         }
     }
