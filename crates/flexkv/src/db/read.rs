@@ -958,11 +958,15 @@ impl Iter {
                 cur.set_owned(key, v.map_or(Value::Tombstone, |v| v.value));
             }
         }
-        let key = cur.key();
-        // Older memtables' versions of the same key are passed with it.
-        for m in &mut self.mems {
-            if m.front_key() == Some(key) {
-                m.ahead.pop_front();
+        // Older memtables' versions of the same key are passed with it. Only when a
+        // memtable's entry was taken can another memtable's front hold the same key: the
+        // store's record was taken only below every memtable's front.
+        if take_mem {
+            let key = cur.key();
+            for m in &mut self.mems {
+                if m.front_key() == Some(key) {
+                    m.ahead.pop_front();
+                }
             }
         }
         self.unsettled = Some(forward);
