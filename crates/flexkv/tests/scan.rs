@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use flexkv::io::FaultVfs;
-use flexkv::{Db, GcOptions};
+use flexkv::{Db, GcOptions, Iter};
 
 fn key(i: usize) -> Vec<u8> {
     format!("key{i:05}").into_bytes()
@@ -19,6 +19,26 @@ fn value(i: usize, version: usize) -> Vec<u8> {
     let mut v = format!("{i}:{version}:").into_bytes();
     v.resize(100 + (i * 37) % 900, b'a' + (version % 26) as u8);
     v
+}
+
+type Pair = (Vec<u8>, Vec<u8>);
+
+/// What a borrowed step returns, copied so it outlives the step.
+fn owned(item: flexkv::Result<(&[u8], &[u8])>) -> flexkv::Result<Pair> {
+    item.map(|(k, v)| (k.to_vec(), v.to_vec()))
+}
+
+/// The rest of `it`'s pairs, borrowed one by one (from the back with `back`).
+fn drain_borrowed(it: &mut Iter, back: bool) -> Vec<flexkv::Result<Pair>> {
+    let mut out = Vec::new();
+    while let Some(item) = if back {
+        it.next_back_ref()
+    } else {
+        it.next_ref()
+    } {
+        out.push(owned(item));
+    }
+    out
 }
 
 fn open(path: &Path) -> Db {
@@ -166,11 +186,7 @@ fn a_damaged_value_read_ahead_is_an_error_for_its_item_and_the_scan_goes_on() {
     vfs.set_contents(&seg, bytes).unwrap();
     // Copied out, and borrowed (checked where the value lies, in the mapping).
     let copied: Vec<_> = db.iter().collect();
-    let mut borrowed = Vec::new();
-    let mut it = db.iter();
-    while let Some(item) = it.next_ref() {
-        borrowed.push(item.map(|(k, v)| (k.to_vec(), v.to_vec())));
-    }
+    let borrowed = drain_borrowed(&mut db.iter(), false);
     for items in [copied, borrowed] {
         assert_eq!(items.len(), 300, "the scan went on past the damage");
         for (i, item) in items.iter().enumerate() {
@@ -205,22 +221,14 @@ fn borrowed_pairs_are_the_copied_ones_and_outlive_their_segment() {
         }
     }
     db.flush().unwrap();
-    let want: Vec<_> = model.into_iter().collect();
+    let want: Vec<Pair> = model.into_iter().collect();
+    let all = |items: Vec<flexkv::Result<Pair>>| -> Vec<Pair> {
+        items.into_iter().map(|r| r.unwrap()).collect()
+    };
     let before = db.stats().values_read_ahead;
-    let mut it = db.iter();
-    let mut got = Vec::new();
-    while let Some(item) = it.next_ref() {
-        let (k, v) = item.unwrap();
-        got.push((k.to_vec(), v.to_vec()));
-    }
-    assert_eq!(got, want);
+    assert_eq!(all(drain_borrowed(&mut db.iter(), false)), want);
     assert!(db.stats().values_read_ahead - before > 500, "read ahead");
-    let mut it = db.iter();
-    let mut back = Vec::new();
-    while let Some(item) = it.next_back_ref() {
-        let (k, v) = item.unwrap();
-        back.push((k.to_vec(), v.to_vec()));
-    }
+    let back = all(drain_borrowed(&mut db.iter(), true));
     assert!(back.iter().rev().eq(want.iter()));
     // Borrowed and copied in turn, from both ends.
     let mut it = db.iter();
@@ -228,11 +236,9 @@ fn borrowed_pairs_are_the_copied_ones_and_outlive_their_segment() {
     while front < rear {
         let pair = match (front + rear) % 4 {
             0 => it.next().map(|r| r.unwrap()),
-            1 => it
-                .next_ref()
-                .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap()),
+            1 => it.next_ref().map(|r| owned(r).unwrap()),
             2 => it.next_back().map(|r| r.unwrap()),
-            _ => (it.next_back_ref()).map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap()),
+            _ => it.next_back_ref().map(|r| owned(r).unwrap()),
         };
         let i = if (front + rear) % 4 < 2 {
             front += 1;
@@ -267,12 +273,7 @@ fn borrowed_pairs_are_the_copied_ones_and_outlive_their_segment() {
     assert!(r.segments_removed > 0, "{r:?}");
     assert!(!dir.path().join(&holder).exists(), "{holder} was removed");
     assert_eq!((k, v), (&want[100].0[..], &want[100].1[..]));
-    let mut rest = Vec::new();
-    while let Some(item) = it.next_ref() {
-        let (k, v) = item.unwrap();
-        rest.push((k.to_vec(), v.to_vec()));
-    }
-    assert_eq!(rest, want[101..]);
+    assert_eq!(all(drain_borrowed(&mut it, false)), want[101..]);
 }
 
 /// GC moves every value and removes the segments while a scan, a snapshot scan and
