@@ -11,17 +11,21 @@
 
 #![allow(unsafe_code)]
 
-/// Asks for every cache line of `bytes` into the second-level cache (nothing elsewhere
+/// Asks for every cache line of `items` into the second-level cache (nothing elsewhere
 /// than x86-64).
-pub(crate) fn prefetch(bytes: &[u8]) {
+pub(crate) fn prefetch<T>(items: &[T]) {
     #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
+    {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        // SAFETY: a prefetch is a hint: it reads nothing the program can observe,
-        // changes no memory, and never faults, whatever the address (this one is in a
-        // live slice anyway); SSE, which it needs, is part of every x86-64 processor.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
+        let start = items.as_ptr().cast::<i8>();
+        for at in (0..std::mem::size_of_val(items)).step_by(64) {
+            // SAFETY: a prefetch is a hint: it reads nothing the program can observe,
+            // changes no memory, and never faults, whatever the address (this one is
+            // inside a live slice anyway); SSE, which it needs, is part of every x86-64
+            // processor.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(start.wrapping_add(at)) };
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
+    let _ = items;
 }

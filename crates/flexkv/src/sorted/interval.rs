@@ -222,7 +222,8 @@ impl Loaded {
         (start, end)
     }
 
-    /// Asks for the cache lines of records `range` before they are read: a scan
+    /// Asks for the cache lines of records `range` (and of their spans) before they are
+    /// read: a scan
     /// calls this when it takes a run of an interval, so the lines' misses overlap
     /// each other and the work on the first records, where reading the records one
     /// after another would wait for each in turn.
@@ -234,8 +235,10 @@ impl Loaded {
         let end = self.span(range.end - 1).1;
         // Measured on `seekrandom` (1M pairs): hints into the first-level cache against
         // loads of each line, median 1.10× (twenty-eighth session); into the second-level
-        // cache against the first, 1.09× (thirtieth; docs/benchmarks.md).
+        // cache against the first, 1.09× (thirtieth; docs/benchmarks.md); the spans
+        // too, 1.09× more (thirtieth).
         prefetch(&self.bytes[start..end]);
+        prefetch(&self.spans[range]);
     }
 
     /// The key of record `i`.
