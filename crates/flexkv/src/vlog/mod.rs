@@ -133,6 +133,10 @@ pub(crate) struct Wanted {
     pub(crate) order: u64,
 }
 
+/// The bytes at the start of a run a scan asks the processor for as it hands the run
+/// to the reader threads ([`RunRead::hint_start`]): whoever checks the value later
+/// finds them in the cache, and the checksum's own hints ([`cold`]) cover the rest.
+/// 1, 2 and 4 KiB measured alike (docs/benchmarks.md, the thirtieth session).
 const HINT_START: usize = 2048;
 
 /// A value read through a pointer, checked: its own buffer, or the bytes of a
@@ -186,8 +190,8 @@ impl RunRead {
         &self.items
     }
 
-    /// Asks the CPU to bring the start of the run's first record into its caches, if
-    /// it is in the mapping.
+    /// Asks the processor for the first [`HINT_START`] bytes of the run's first record,
+    /// if the mapping holds them.
     pub(crate) fn hint_start(&self) {
         if let (Some(map), Ok(at)) = (&self.map, usize::try_from(self.items[0].ptr.offset)) {
             if let Some(b) = map.get(at..at + HINT_START) {
