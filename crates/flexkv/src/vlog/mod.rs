@@ -20,11 +20,11 @@
 //!   past it, and open cuts only past the last whole record; it is mapped again as it
 //!   grows). Reads of a record inside a mapping copy the value out and check the copy,
 //!   with no system call, while the page cache holds the segment; a scan whose caller
-//!   borrows its pairs ([`ValueBytes::Mapped`]) checks the value where it lies and
+//!   borrows its pairs (`ValueBytes::Mapped`) checks the value where it lies and
 //!   hands out the mapping's bytes, with no copy at all. Once a read has
 //!   waited on the device they use `pread` (a fault on a mapped page reads one page and
 //!   blocks), until a run of reads is served at page-cache speed again
-//!   ([`ValueLog::device`]).
+//!   (`ValueLog::device`).
 //!
 //! Every segment's bytes are accounted exactly, by who holds them (the private `usage`
 //! module); the database's GC collects segments by those counts, relocating what is live.
