@@ -25,6 +25,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::{slow, RunRead, ValueBytes};
 use crate::Result;
+use smallvec::SmallVec;
 
 /// A read handed to the reader threads.
 #[derive(Debug)]
@@ -34,7 +35,7 @@ pub(crate) struct Job {
     phase: AtomicU8,
     /// One result per item of the run, there once the phase is [`DONE`]; each is taken
     /// out as the scan comes to it.
-    got: Mutex<Vec<Option<Result<ValueBytes>>>>,
+    got: Mutex<SmallVec<[Option<Result<ValueBytes>>; 1]>>,
     ready: Condvar,
     /// The read took longer than the page cache would ([`slow`]).
     slow: AtomicBool,
@@ -71,7 +72,7 @@ impl Job {
         Job {
             run,
             phase: AtomicU8::new(QUEUED),
-            got: Mutex::new(Vec::new()),
+            got: Mutex::new(SmallVec::new()),
             ready: Condvar::new(),
             slow: AtomicBool::new(false),
         }

@@ -48,6 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
+use smallvec::{smallvec, SmallVec};
 
 use crate::io::{Mapped, Numbered, OpenMode, Vfs, VfsFile};
 use crate::memtable::KeyspaceId;
@@ -129,9 +130,17 @@ const COPY_BELOW: usize = 512;
 pub(crate) struct Wanted {
     pub(crate) ptr: Pointer,
     pub(crate) ks: KeyspaceId,
-    pub(crate) key: Box<[u8]>,
+    pub(crate) key: WantedKey,
     pub(crate) order: u64,
 }
+
+/// A wanted value's key, held inline when short (no allocation per value a scan reads
+/// ahead).
+pub(crate) type WantedKey = SmallVec<[u8; 24]>;
+
+/// What one [`RunRead`] read: a result per item, in its order (inline for a run of
+/// one, the usual case of values at random places).
+pub(crate) type RunResults = SmallVec<[Result<ValueBytes>; 1]>;
 
 /// The bytes at the start of a run a scan asks the processor for as it hands the run
 /// to the reader threads ([`RunRead::hint_start`]): whoever checks the value later
@@ -181,7 +190,7 @@ pub(crate) struct RunRead {
     /// lie and handed out as [`ValueBytes::Mapped`], not copied.
     borrow: bool,
     /// In file order; never empty.
-    items: Vec<Wanted>,
+    items: SmallVec<[Wanted; 1]>,
 }
 
 impl RunRead {
@@ -202,7 +211,7 @@ impl RunRead {
 
     /// Reads the run and checks each record as every read through a pointer is
     /// checked; the results are in the order of [`RunRead::items`].
-    pub(crate) fn read(&self) -> Vec<Result<ValueBytes>> {
+    pub(crate) fn read(&self) -> RunResults {
         let file = self.file.as_ref();
         let first = self.items[0].ptr;
         let last = &self.items[self.items.len() - 1];
@@ -223,7 +232,7 @@ impl RunRead {
         }
         if let [w] = &self.items[..] {
             // One record: its value is read straight into the buffer returned.
-            return vec![read_direct(file, &w.ptr, w.ks, &w.key).map(ValueBytes::Owned)];
+            return smallvec![read_direct(file, &w.ptr, w.ks, &w.key).map(ValueBytes::Owned)];
         }
         let len = end - first.offset;
         let mut buf = vec![0; len as usize];
@@ -701,7 +710,7 @@ impl ValueLog {
                         file: Arc::clone(&seg.file),
                         map: seg.map.clone().filter(|_| mapped),
                         borrow,
-                        items: vec![w],
+                        items: smallvec![w],
                     },
                 ));
             }
