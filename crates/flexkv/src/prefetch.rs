@@ -5,9 +5,9 @@
 //! value log's mapping (see `vlog/cold.rs`).
 //!
 //! The lines go to the second-level cache, which keeps more misses in flight than the
-//! first: on this project's machine (AMD EPYC) that was 1.5× the speed of the checksum
-//! of random 16 KiB values where first-level hints gave 1.25×, and `seekrandom` 1.09×
-//! (docs/benchmarks.md, the thirtieth session).
+//! first. On this project's machine (AMD EPYC), checking random 16 KiB values with
+//! hints 4 KiB ahead ran 1.2–1.3× faster into the second-level cache than into the
+//! first, and `seekrandom` 1.09× (docs/benchmarks.md, the thirtieth session).
 
 #![allow(unsafe_code)]
 

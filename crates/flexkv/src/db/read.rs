@@ -978,7 +978,7 @@ impl Iter {
     /// inline value that come from the sorted store are read in place in the cached
     /// interval, and a large value read ahead from the value log while it is in the page
     /// cache is checked (CRC-32C) where it lies in the log's mapping and borrowed from
-    /// there: the fastest way to scan large values (about 1.3× `next` with 16 KiB values
+    /// there: the fastest way to scan large values (1.2–1.35× `next` with 16 KiB values
     /// in docs/benchmarks.md). Mixing this with `next` and `next_back` is fine.
     ///
     /// ```

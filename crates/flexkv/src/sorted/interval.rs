@@ -223,10 +223,9 @@ impl Loaded {
     }
 
     /// Asks for the cache lines of records `range` (and of their spans) before they are
-    /// read: a scan
-    /// calls this when it takes a run of an interval, so the lines' misses overlap
-    /// each other and the work on the first records, where reading the records one
-    /// after another would wait for each in turn.
+    /// read: a scan calls this when it takes a run of an interval, so the lines' misses
+    /// overlap each other and the work on the first records, where reading the records
+    /// one after another would wait for each in turn.
     pub(crate) fn touch(&self, range: std::ops::Range<usize>) {
         if range.is_empty() {
             return;

@@ -869,12 +869,7 @@ fn read_record(
     ks: KeyspaceId,
     key: &[u8],
 ) -> Result<Vec<u8>> {
-    let rec = map.and_then(|m| {
-        let start = usize::try_from(ptr.offset).ok()?;
-        let len = usize::try_from(ptr.record_len(key.len())).ok()?;
-        m.get(start..start.checked_add(len)?)
-    });
-    let Some(rec) = rec else {
+    let Some((_, rec)) = map.and_then(|m| record_in(m, ptr, key.len())) else {
         return read_direct(file, ptr, ks, key);
     };
     let (head, payload) = rec.split_at(HEADER_LEN + key.len());
@@ -883,6 +878,14 @@ fn read_record(
     let payload_crc = crc32c::crc32c_append(crc32c::crc32c(stored_key), &value);
     check_record(head, payload_crc, stored_key, file.path(), ptr, ks, key)?;
     Ok(value)
+}
+
+/// Where record `ptr` (with a key of `key_len` bytes) starts in `map`, and its bytes, if
+/// the mapping holds it whole.
+fn record_in<'m>(map: &'m Mapped, ptr: &Pointer, key_len: usize) -> Option<(usize, &'m [u8])> {
+    let start = usize::try_from(ptr.offset).ok()?;
+    let len = usize::try_from(ptr.record_len(key_len)).ok()?;
+    Some((start, map.get(start..start.checked_add(len)?)?))
 }
 
 /// The value of record `ptr` of `(ks, key)` in `map`, checked where it lies and
@@ -896,12 +899,7 @@ fn read_in_place(
     ks: KeyspaceId,
     key: &[u8],
 ) -> Result<ValueBytes> {
-    let start = usize::try_from(ptr.offset).ok();
-    let len = usize::try_from(ptr.record_len(key.len())).ok();
-    let rec = start
-        .zip(len)
-        .and_then(|(s, l)| map.get(s..s.checked_add(l)?));
-    let (Some(start), Some(rec)) = (start, rec) else {
+    let Some((start, rec)) = record_in(map, ptr, key.len()) else {
         return read_direct(file, ptr, ks, key).map(ValueBytes::Owned);
     };
     let n = verified(rec, file.path(), ptr, ks, key)?;
