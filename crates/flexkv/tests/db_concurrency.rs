@@ -383,3 +383,99 @@ fn scans_see_one_batch_while_intervals_split_and_merge() {
     );
     db.check().unwrap();
 }
+
+/// Point reads through the record cache (a keyspace larger than its budget) while a
+/// writer rewrites the keys round after round and the committer applies the rounds:
+/// a reader never sees a key go back to a round older than one it saw, and once the
+/// last round is committed every key reads it. A cached record that outlived the
+/// commit changing it would show as an older round.
+#[test]
+fn point_reads_through_the_record_cache_never_go_back_while_commits_run() {
+    const KEYS: u32 = 3_000;
+    const ROUNDS: u32 = 12;
+    let key = |i: u32| format!("r{:05}", (i * 7919) % KEYS).into_bytes();
+    let value = |i: u32, n: u32| {
+        let mut v = n.to_be_bytes().to_vec();
+        v.extend(named_value(&key(i), n + i));
+        v
+    };
+    let round = |v: &[u8]| u32::from_be_bytes(v[..4].try_into().unwrap());
+    let vfs = FaultVfs::new(6);
+    let db = Db::builder(DIR)
+        .vfs(vfs.shared())
+        .memtable_size(32 << 10)
+        // The records take about 1.1 MB; the record cache gets about 100 KiB.
+        .cache_bytes(256 << 10)
+        .open()
+        .unwrap();
+    let write = |db: &Db, n: u32| {
+        for chunk in (0..KEYS).collect::<Vec<_>>().chunks(500) {
+            let ks = db.default_keyspace();
+            let mut b = WriteBatch::new();
+            b.durability(flexkv::Durability::Buffered);
+            for &i in chunk {
+                b.put(&ks, &key(i), &value(i, n)).unwrap();
+            }
+            db.write(b).unwrap();
+        }
+    };
+    write(&db, 0);
+    db.flush().unwrap();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (db, done) = (&db, &done);
+        let writer = s.spawn(move || {
+            for n in 1..=ROUNDS {
+                write(db, n);
+            }
+            db.flush().unwrap();
+        });
+        let readers: Vec<_> = (0..2u32)
+            .map(|r| {
+                s.spawn(move || {
+                    let mut seen = vec![0u32; KEYS as usize];
+                    let mut reads = 0u64;
+                    // Hot keys (the first 64) most of the time, so they stay cached.
+                    let mut x = r + 1;
+                    while !done.load(Ordering::Relaxed) || reads < 20_000 {
+                        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                        let i = if x % 4 == 0 {
+                            (x >> 8) % KEYS
+                        } else {
+                            (x >> 8) % 64
+                        };
+                        let k = key(i);
+                        let v = db.get(&k).unwrap().unwrap_or_else(|| panic!("{k:?} lost"));
+                        assert!(names(&k, &v[4..]), "{k:?} read another key's value");
+                        let n = round(&v);
+                        assert!(
+                            n >= seen[i as usize],
+                            "{k:?} went back from round {} to {n}",
+                            seen[i as usize]
+                        );
+                        seen[i as usize] = n;
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        done.store(true, Ordering::Relaxed);
+        readers.into_iter().for_each(|r| {
+            r.join().unwrap();
+        });
+    });
+    let s = db.stats();
+    assert!(s.record_cache_bytes > 0, "{s:?}");
+    for i in 0..KEYS {
+        let v = db.get(&key(i)).unwrap().unwrap();
+        assert_eq!(round(&v), ROUNDS, "{:?}", key(i));
+    }
+    assert!(s.commits >= 10, "the committer ran {} times", s.commits);
+    assert!(
+        s.record_cache_hits > 1000,
+        "reads did not use the record cache: {s:?}"
+    );
+    db.check().unwrap();
+}

@@ -121,6 +121,57 @@ fn overwrites_with_4k_values_end_under_1_5x_once_gc_has_run_and_disk_usage_falls
     db.check().unwrap();
 }
 
+/// GC moves values whose records the record cache holds (a keyspace larger than its
+/// budget): the cached records go with the move, so reads find the values in their new
+/// place once the old segments are gone, and the check finds every cached record equal
+/// to the space's.
+#[test]
+fn values_moved_by_gc_are_read_from_their_new_place_through_the_record_cache() {
+    const HOT: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::builder(dir.path())
+        .value_threshold(64)
+        .vlog_segment_size(64 << 10)
+        .memtable_size(64 << 10)
+        .cache_bytes(32 << 10)
+        .gc(manual_gc())
+        .open()
+        .unwrap();
+    // Hot keys share their segments with cold ones, which are then overwritten ten
+    // times: the hot keys' segments become mostly garbage, and GC moves their values.
+    for k in 0..HOT * 10 {
+        db.put(&key(k), &value(k, 0, 400)).unwrap();
+    }
+    for round in 1..=10 {
+        for k in (0..HOT * 10).filter(|k| k % 10 != 0) {
+            db.put(&key(k), &value(k, round, 400)).unwrap();
+        }
+    }
+    db.flush().unwrap();
+    let hot: Vec<usize> = (0..HOT).map(|i| i * 10).collect();
+    for _ in 0..3 {
+        for &k in &hot {
+            assert_eq!(db.get(&key(k)).unwrap(), Some(value(k, 0, 400)));
+        }
+    }
+    let before = db.stats();
+    assert!(before.record_cache_hits > 0, "{before:?}");
+    let r = db.gc().unwrap();
+    assert!(r.segments_removed > 0, "{r:?}");
+    let after = db.stats();
+    assert!(
+        after.gc_bytes_relocated >= (HOT * 400) as u64 / 2,
+        "{after:?}"
+    );
+    for _ in 0..2 {
+        for &k in &hot {
+            assert_eq!(db.get(&key(k)).unwrap(), Some(value(k, 0, 400)), "key {k}");
+        }
+    }
+    assert!(db.stats().record_cache_hits > after.record_cache_hits);
+    db.check().unwrap();
+}
+
 /// A database whose background GC looks every 20 ms, holding 50 keys written eight
 /// times over with 5,000-byte values (seven eighths of the value log garbage),
 /// committed.

@@ -379,6 +379,8 @@ fn rewrites_for_the_reads_give_the_cache_what_the_tree_gave_back() {
     let db = Db::builder(DIR)
         .vfs(vfs.shared())
         .cache_bytes(BUDGET)
+        // The interval cache alone (the record cache would answer point reads).
+        .record_cache_share(0.0)
         .space_options(small_space())
         .open()
         .unwrap();
@@ -675,6 +677,8 @@ fn a_commit_fills_the_cache_only_if_the_whole_keyspace_fits() {
         Db::builder(DIR)
             .vfs(FaultVfs::new(6).shared())
             .cache_bytes(cache)
+            // The interval cache alone (the record cache would answer point reads).
+            .record_cache_share(0.0)
             .idle_commit(std::time::Duration::ZERO)
             .open()
             .unwrap()
@@ -740,6 +744,8 @@ fn the_cache_gets_what_the_indexes_leave_of_the_budget() {
     let db = Db::builder(DIR)
         .vfs(vfs.shared())
         .cache_bytes(BUDGET)
+        // The interval cache alone (the record cache would answer point reads).
+        .record_cache_share(0.0)
         .interval_pairs(4)
         .idle_commit(std::time::Duration::ZERO)
         .open()
@@ -807,6 +813,8 @@ fn a_scan_of_a_keyspace_larger_than_the_cache_leaves_the_readers_intervals_in_it
             .vfs(vfs.shared())
             // The indexes take about 160 KB of it, the cache the rest.
             .cache_bytes(416 << 10)
+            // The interval cache alone (the record cache would answer point reads).
+            .record_cache_share(0.0)
             .idle_commit(std::time::Duration::ZERO)
             .recovery_step(0) // intervals of at most 16 pairs after the reopen too
             .open()
@@ -994,4 +1002,110 @@ fn leaf_start_merges(seed: u64) {
         db.stats().intervals > 64,
         "the index never grew past one leaf"
     );
+}
+
+/// A keyspace larger than its budget gives half of what the indexes leave to the
+/// record cache, which then answers repeated point reads without the interval cache;
+/// a commit that overwrites or deletes a cached record, and a snapshot taken before
+/// it, read what they should; and the check compares every cached record with the
+/// space.
+#[test]
+fn point_reads_of_a_keyspace_larger_than_its_budget_come_from_single_records() {
+    const BUDGET: usize = 256 << 10;
+    const N: u32 = 20_000;
+    let vfs = FaultVfs::new(41);
+    let open = |share: f64| {
+        Db::builder(DIR)
+            .vfs(vfs.shared())
+            .cache_bytes(BUDGET)
+            .record_cache_share(share)
+            .idle_commit(std::time::Duration::ZERO)
+            .open()
+    };
+    let db = open(0.5).unwrap();
+    for chunk in (0..N).collect::<Vec<_>>().chunks(2000) {
+        put_buffered(&db, chunk, 0);
+    }
+    db.flush().unwrap();
+    let s = db.stats();
+    let indexes = s.index_bytes + s.space_tree_memory_bytes;
+    let left = (BUDGET as u64)
+        .saturating_sub(indexes)
+        .max(BUDGET as u64 / 8);
+    assert_eq!(s.record_cache_capacity_bytes, left / 2, "{s:?}");
+    assert_eq!(s.cache_capacity_bytes, left - left / 2, "{s:?}");
+
+    // Keys 400 apart, each in an interval of its own.
+    let hot: Vec<u32> = (0..50).map(|i| i * 400 + 3).collect();
+    for _ in 0..2 {
+        for &i in &hot {
+            assert_eq!(db.get(&key(i)).unwrap(), Some(val(i, 0)));
+        }
+    }
+    let warm = db.stats();
+    for &i in &hot {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(val(i, 0)));
+    }
+    // None goes to the space; most come from the record cache (the rest from
+    // intervals the cache took while it had room).
+    let s = db.stats();
+    let records = s.record_cache_hits - warm.record_cache_hits;
+    assert_eq!(s.cache_misses, warm.cache_misses, "{s:?}");
+    assert_eq!(
+        records + s.cache_hits - warm.cache_hits,
+        hot.len() as u64,
+        "{s:?}"
+    );
+    assert!(
+        records >= 40,
+        "{records} of {} from the record cache: {s:?}",
+        hot.len()
+    );
+    assert!(s.record_cache_bytes > 0 && s.record_cache_bytes <= s.record_cache_capacity_bytes);
+    db.check().unwrap();
+
+    // Every other hot key overwritten, the rest deleted, behind a snapshot.
+    let snap = db.snapshot();
+    let ks = db.default_keyspace();
+    let mut b = flexkv::WriteBatch::new();
+    for (j, &i) in hot.iter().enumerate() {
+        if j % 2 == 0 {
+            b.put(&ks, &key(i), &val(i, 1)).unwrap();
+        } else {
+            b.delete(&ks, &key(i)).unwrap();
+        }
+    }
+    db.write(b).unwrap();
+    db.flush().unwrap();
+    assert_eq!(db.stats().frozen_memtables, 0);
+    for _ in 0..2 {
+        for (j, &i) in hot.iter().enumerate() {
+            let want = (j % 2 == 0).then(|| val(i, 1));
+            assert_eq!(db.get(&key(i)).unwrap(), want, "key {i}");
+            assert_eq!(
+                snap.get(&key(i)).unwrap(),
+                Some(val(i, 0)),
+                "key {i} at the snapshot"
+            );
+        }
+    }
+    assert!(db.stats().record_cache_hits > s.record_cache_hits);
+    db.check().unwrap();
+    drop((snap, ks));
+    db.close().unwrap();
+
+    // Share 0: the interval cache gets it all; out of range: refused.
+    let db = open(0.0).unwrap();
+    for &i in hot.iter().chain(&hot) {
+        db.get(&key(i)).unwrap();
+    }
+    let s = db.stats();
+    assert_eq!(
+        (s.record_cache_capacity_bytes, s.record_cache_hits),
+        (0, 0),
+        "{s:?}"
+    );
+    db.close().unwrap();
+    let e = open(1.5).unwrap_err();
+    assert!(e.to_string().contains("record_cache_share"), "{e}");
 }

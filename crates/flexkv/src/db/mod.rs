@@ -233,6 +233,12 @@ impl Db {
                 opts.memtable_size
             )));
         }
+        if !(0.0..=1.0).contains(&opts.record_cache_share) {
+            return Err(Error::invalid(format!(
+                "record_cache_share of {} is not between 0 and 1",
+                opts.record_cache_share
+            )));
+        }
         if opts.scan_read_threads > MAX_SCAN_READ_THREADS {
             return Err(Error::invalid(format!(
                 "scan_read_threads of {} is over {MAX_SCAN_READ_THREADS}",
@@ -727,6 +733,7 @@ fn open_store(opts: &Options, dir: &Path, id: KeyspaceId) -> Result<SortedStore>
         id,
         StoreOptions {
             cache_bytes: opts.cache_bytes,
+            record_share: opts.record_cache_share,
             recovery_step: opts.recovery_step,
             index_fanout: opts.index_fanout,
             split_pairs: opts.interval_pairs,

@@ -60,6 +60,7 @@ pub struct Options {
     pub(crate) wal_recovery: WalRecovery,
     pub(crate) memtable_size: usize,
     pub(crate) cache_bytes: usize,
+    pub(crate) record_cache_share: f64,
     pub(crate) commit_interval: std::time::Duration,
     pub(crate) idle_commit: std::time::Duration,
     pub(crate) recovery_step: u64,
@@ -142,6 +143,7 @@ impl Default for Options {
             wal_recovery: WalRecovery::Strict,
             memtable_size: 64 << 20,
             cache_bytes: 256 << 20,
+            record_cache_share: 0.5,
             commit_interval: std::time::Duration::from_secs(5),
             idle_commit: std::time::Duration::from_millis(250),
             recovery_step: 16 << 10,
@@ -224,14 +226,28 @@ impl Builder {
         self
     }
 
-    /// The memory budget in bytes, per keyspace, of the interval cache and the
-    /// in-memory indexes together (default 256 MiB): the sparse index over the
-    /// intervals and the FlexTree over the data file grow with the keyspace, and the
-    /// cache gets what they leave, at least an eighth of the budget
-    /// ([`Stats::cache_capacity_bytes`](crate::Stats::cache_capacity_bytes)). The
-    /// memtables ([`Builder::memtable_size`]) are not part of it.
+    /// The memory budget in bytes, per keyspace, of the caches and the in-memory
+    /// indexes together (default 256 MiB): the sparse index over the intervals and the
+    /// FlexTree over the data file grow with the keyspace, and the caches get what they
+    /// leave, at least an eighth of the budget
+    /// ([`Stats::cache_capacity_bytes`](crate::Stats::cache_capacity_bytes) and
+    /// [`Stats::record_cache_capacity_bytes`](crate::Stats::record_cache_capacity_bytes)).
+    /// The memtables ([`Builder::memtable_size`]) are not part of it.
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
         self.opts.cache_bytes = bytes;
+        self
+    }
+
+    /// The share of the caches' memory (see [`Builder::cache_bytes`]) that goes to the
+    /// record cache while a keyspace is too large for its interval cache to hold whole
+    /// (default 0.5; from 0 to 1). The record cache holds single records that point
+    /// reads fetched from disk: with the hot keys of a skewed load scattered one or two
+    /// per interval, it holds several times as many of them as the interval cache
+    /// would in the same memory. Scans use only the interval cache, so a keyspace read
+    /// mostly by scans wants 0, and one read only by point reads 1. A keyspace that
+    /// fits gives the interval cache everything, whatever this says.
+    pub fn record_cache_share(mut self, share: f64) -> Self {
+        self.opts.record_cache_share = share;
         self
     }
 

@@ -51,6 +51,16 @@ pub struct Stats {
     pub cache_hits: u64,
     /// Interval-cache misses (intervals read from the FlexSpace).
     pub cache_misses: u64,
+    /// Point reads answered by the record cache, which holds single records read from
+    /// the FlexSpace while a keyspace does not fit in its budget (not counted in
+    /// `cache_hits` or `cache_misses`).
+    pub record_cache_hits: u64,
+    /// Bytes the record caches hold.
+    pub record_cache_bytes: u64,
+    /// Bytes the record caches may hold now: a share of what the indexes leave of each
+    /// keyspace's budget while the keyspace does not fit in its interval cache
+    /// ([`Builder::record_cache_share`](crate::Builder::record_cache_share)), else 0.
+    pub record_cache_capacity_bytes: u64,
     /// Fragmented intervals rewritten whole.
     pub defrags: u64,
     /// Intervals the committer used from its read-ahead: read from the FlexSpace by a
@@ -74,7 +84,8 @@ pub struct Stats {
     pub cache_bytes: u64,
     /// Bytes the interval caches may hold now: each keyspace's budget
     /// ([`Builder::cache_bytes`](crate::Builder::cache_bytes)) less what its sparse
-    /// index and FlexTree take, but never below an eighth of the budget.
+    /// index and FlexTree take, but never below an eighth of the budget, less the
+    /// record cache's share of that ([`Stats::record_cache_capacity_bytes`]).
     pub cache_capacity_bytes: u64,
     /// Bytes written to the keyspaces' FlexSpaces (data, log and tree files).
     pub space_bytes: u64,
@@ -191,6 +202,9 @@ impl Inner {
             history_records: sum(&|s| get(&s.counters.history_written)),
             cache_hits: sum(&|s| get(&s.counters.cache_hits)),
             cache_misses: sum(&|s| get(&s.counters.cache_misses)),
+            record_cache_hits: sum(&|s| get(&s.counters.record_hits)),
+            record_cache_bytes: sum(&|s| s.rows.used()),
+            record_cache_capacity_bytes: sum(&|s| s.rows.capacity()),
             defrags: sum(&|s| get(&s.counters.defrags)),
             intervals_read_ahead: sum(&|s| get(&s.counters.read_ahead)),
             read_defrags: sum(&|s| get(&s.counters.read_defrags)),

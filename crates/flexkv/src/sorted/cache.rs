@@ -335,9 +335,19 @@ impl IntervalCache {
     /// `pairs` records each would fit in the cache whole (reckoning every interval
     /// full, and keys of 16 bytes).
     pub(crate) fn would_hold(&self, bytes: u64, intervals: usize, pairs: usize) -> bool {
+        Self::would_hold_in(self.capacity(), bytes, intervals, pairs)
+    }
+
+    /// [`IntervalCache::would_hold`] for a cache of `capacity` bytes.
+    pub(crate) fn would_hold_in(
+        capacity: usize,
+        bytes: u64,
+        intervals: usize,
+        pairs: usize,
+    ) -> bool {
         let per_interval = PER_ENTRY + 4 * 16 + super::interval::overhead(pairs);
         let need = bytes.saturating_add((intervals as u64).saturating_mul(per_interval as u64));
-        need <= self.capacity() as u64
+        need <= capacity as u64
     }
 
     /// Whether an entry keyed `key` for an interval of `footprint` bytes fits beside

@@ -472,6 +472,9 @@ impl SortedStore {
     /// interval of the slice may have merged with it (then it is loaded afresh; the
     /// records of the keys being updated are the same, so their outcomes stand).
     fn apply_plan(&self, st: &mut State, plan: Plan<'_>, records: &[u8]) -> Result<()> {
+        for u in plan.ups {
+            self.rows.forget(&u.key);
+        }
         let iv = st.index.find(&plan.ups[0].key);
         let old = if iv.key == plan.key && iv.size == plan.size {
             plan.old

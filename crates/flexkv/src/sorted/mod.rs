@@ -10,6 +10,7 @@ pub(crate) mod index;
 pub(crate) mod interval;
 mod misses;
 mod record;
+mod rows;
 pub(crate) mod store;
 
 pub use index::{Interval, SparseIndex};

@@ -30,6 +30,7 @@ use super::index::{Interval, SparseIndex};
 use super::interval::Loaded;
 use super::misses::MissCounts;
 use super::record::{peek_key, Record};
+use super::rows::RecordCache;
 use crate::io::Vfs;
 use crate::memtable::KeyspaceId;
 use crate::space::{FlexSpace, SpaceOptions};
@@ -54,6 +55,9 @@ pub(crate) struct StoreOptions {
     /// index and the FlexTree) together: the cache gets what the indexes leave
     /// ([`SortedStore::fit_cache`]).
     pub(crate) cache_bytes: usize,
+    /// Of what the indexes leave of `cache_bytes`, the share the record cache gets
+    /// while the keyspace does not fit in the interval cache (0 to 1).
+    pub(crate) record_share: f64,
     /// Recovery reads the first key of an interval head at most every this many bytes
     /// (0: every head), merging the intervals in between (split again as they are
     /// written).
@@ -71,6 +75,7 @@ pub(crate) struct StoreOptions {
 pub(crate) struct StoreCounters {
     pub(crate) cache_hits: AtomicU64,
     pub(crate) cache_misses: AtomicU64,
+    pub(crate) record_hits: AtomicU64,
     pub(crate) pairs_committed: AtomicU64,
     pub(crate) history_written: AtomicU64,
     pub(crate) defrags: AtomicU64,
@@ -113,8 +118,13 @@ pub(crate) struct SortedStore {
     pub(crate) dir: PathBuf,
     pub(crate) state: RwLock<State>,
     pub(crate) cache: IntervalCache,
-    /// The budget of the cache and the indexes together ([`StoreOptions::cache_bytes`]).
+    /// Records point reads fetched from the space, while the keyspace does not fit in
+    /// the budget (see `rows.rs`).
+    pub(crate) rows: RecordCache,
+    /// The budget of the caches and the indexes together ([`StoreOptions::cache_bytes`]).
     budget: usize,
+    /// [`StoreOptions::record_share`].
+    record_share: f64,
     /// Counts the committer's write sections; shared with iterators, which check it
     /// at every step without looking the store up.
     pub(crate) epoch: Arc<Epoch>,
@@ -234,7 +244,9 @@ impl SortedStore {
                 lingering: BTreeMap::new(),
             }),
             cache: IntervalCache::new(opts.cache_bytes),
+            rows: RecordCache::new((opts.cache_bytes as f64 * opts.record_share) as usize),
             budget: opts.cache_bytes,
+            record_share: opts.record_share,
             epoch: Arc::default(),
             broken: AtomicBool::new(false),
             counters: StoreCounters::default(),
@@ -248,19 +260,37 @@ impl SortedStore {
         Ok(store)
     }
 
-    /// Gives the cache what the budget leaves beside the sparse index and the FlexTree
-    /// (at least 1/[`CACHE_FLOOR`] of it), evicting what no longer fits. Like
+    /// Gives the caches what the budget leaves beside the sparse index and the FlexTree
+    /// (at least 1/[`CACHE_FLOOR`] of it), evicting what no longer fits: all of it to
+    /// the interval cache where the whole keyspace would fit in that, and otherwise
+    /// [`StoreOptions::record_share`] of it to the record cache (`rows.rs` says why). Like
     /// WiredTiger's cache, and unlike RocksDB's block cache (whose index and filter
     /// blocks live outside it by default), the budget bounds the memory reads use: at
     /// 10M UDB pairs the indexes take about half of 256 MiB. The committer calls this
-    /// after each commit and after rewriting intervals for the reads; the walk of both indexes' nodes it takes was 0.26 ms
-    /// (median) and 3 ms (most) over the 79 commits of a 10M UDB YCSB run.
+    /// after each commit and after rewriting intervals for the reads; the walk of both
+    /// indexes' nodes it takes was 0.26 ms (median) and 3 ms (most) over the 79 commits
+    /// of a 10M UDB YCSB run.
     pub(crate) fn fit_cache(&self, st: &State) {
         let indexes = st.index.memory_bytes() as u64 + st.space.tree_memory_bytes();
         let left = (self.budget as u64).saturating_sub(indexes);
-        let floor = self.budget / CACHE_FLOOR;
-        self.cache
-            .set_capacity(usize::try_from(left).unwrap_or(usize::MAX).max(floor));
+        let left = usize::try_from(left)
+            .unwrap_or(usize::MAX)
+            .max(self.budget / CACHE_FLOOR);
+        let fits =
+            IntervalCache::would_hold_in(left, st.space.len(), st.index.len(), self.split_pairs);
+        let rows = if fits {
+            0
+        } else {
+            (left as f64 * self.record_share) as usize
+        };
+        // Shrinking one before growing the other keeps the two within the budget.
+        if rows > 0 {
+            self.cache.set_capacity(left - rows);
+            self.rows.set_capacity(rows as u64);
+        } else {
+            self.rows.set_capacity(0);
+            self.cache.set_capacity(left);
+        }
     }
 
     fn usable(&self) -> Result<()> {
@@ -275,6 +305,11 @@ impl SortedStore {
     /// not wait for the committer.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Version>> {
         self.usable()?;
+        // The record cache needs no lock (see `rows.rs`).
+        if let Some(v) = self.rows.get(key) {
+            self.counters.record_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(v));
+        }
         // With the lock free, the index finds the interval and the cache's hash map its
         // entry; while the committer holds it, the cache's own floor search can find a
         // cached interval without waiting.
@@ -312,6 +347,9 @@ impl SortedStore {
         if !self.cache.admits(&iv.key, size, fits) {
             let (found, extents) = self.find_in_space(&st.space, &iv, key)?;
             self.want_rewrite(&st.space, &iv, extents);
+            if let Some(v) = &found {
+                self.rows.put(key, v);
+            }
             return Ok(found);
         }
         let l = Arc::new(self.read_interval(&st.space, &iv)?);
@@ -649,6 +687,15 @@ impl SortedStore {
                 )));
             }
         }
+        // Every cached record is the one the space holds for its key.
+        for (key, v) in self.rows.entries() {
+            let iv = st.index.find(&key);
+            if find_version(&self.read_interval(&st.space, &iv)?, &key).as_ref() != Some(&v) {
+                return Err(fail(format!(
+                    "the record cache's version of {key:?} differs from the space"
+                )));
+            }
+        }
         // Every tag marks a record's start. (Not only heads: an index rebuilt with a
         // recovery step leaves the heads it skipped inside larger intervals.)
         let mut at = 0;
@@ -742,6 +789,7 @@ impl SortedStore {
         if self.cache.get(&iv.key).is_some() {
             self.cache_put(st, &iv.key, Arc::new(fresh));
         }
+        self.rows.forget(key);
         Ok(true)
     }
 

@@ -125,8 +125,9 @@ impl EngineKind {
         match self {
             EngineKind::Flexkv => format!(
                 "Buffered batches (WAL, group commit, no fsync per write), Db::sync at phase end; \
-                 interval cache and in-memory indexes {cache} MiB together, memtable {wb} MiB; \
-                 values > 4 KiB separated; GC on"
+                 interval cache, record cache (half the caches' share once the keyspace \
+                 outgrows the interval cache) and in-memory indexes {cache} MiB together, \
+                 memtable {wb} MiB; values > 4 KiB separated; GC on"
             ),
             EngineKind::Rocksdb => format!(
                 "WAL on, sync=false, flush_wal(true) at phase end; LRU block cache {cache} MiB, \

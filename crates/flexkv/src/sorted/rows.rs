@@ -1,0 +1,164 @@
+//! The record cache: single records that point reads found in intervals the interval
+//! cache would not keep, for a keyspace that does not fit in the cache.
+//!
+//! Why it exists: once a keyspace outgrows its budget, the interval cache can hold only
+//! a few percent of the intervals, and a skewed point-read load (YCSB's scrambled
+//! Zipfian) has its hot keys scattered one or two per interval, so a cached interval
+//! spends most of its bytes on pairs nobody asked for. A record alone takes about a
+//! tenth of an interval's bytes: the same memory holds about ten times as many hot
+//! keys. At 10M UDB pairs the interval cache answered about a third of ycsb-c's reads.
+//!
+//! The cache takes a share of the keyspace's budget only while the keyspace does not
+//! fit (`Builder::record_cache_share`, applied by `SortedStore::fit_cache`); it is
+//! empty otherwise. Replacement is quick_cache's S3-FIFO, which keeps a key read once
+//! from pushing out one read often.
+//!
+//! Why a lock-free hit is right, as for the interval cache: an entry equals the record
+//! the space holds for its key. The committer forgets a key's entry in the write
+//! section that changes its record ([`RecordCache::forget`]), before the frozen memtable
+//! holding the change leaves the memtable list, and readers look in the memtables
+//! first. Entries are only added by a point read under the keyspace's read lock, with
+//! the record it read under that lock, so no entry can outlive a write section that
+//! changed its record.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use quick_cache::sync::Cache;
+use quick_cache::Weighter;
+
+use super::history::Version;
+
+/// Bytes an entry takes beyond its key and value, for the budget: the key's box and
+/// the version (88), the cache's slot links and state, its hash-table entry and its
+/// share of the ghost list (about 30), and the allocator's rounding of the key and the
+/// value (about 10).
+const PER_RECORD: usize = 128;
+
+/// Bytes an entry is expected to take, to size the hash tables: a 16-byte key and a
+/// 100-byte value.
+const EXPECTED_RECORD: usize = PER_RECORD + 116;
+
+#[derive(Clone)]
+struct Footprint;
+
+impl Weighter<Box<[u8]>, Version> for Footprint {
+    fn weight(&self, key: &Box<[u8]>, v: &Version) -> u64 {
+        (PER_RECORD + key.len() + v.value.footprint()) as u64
+    }
+}
+
+/// The records point reads fetched from the space, by key. See the [module
+/// documentation](self).
+pub(crate) struct RecordCache {
+    records: Cache<Box<[u8]>, Version, Footprint>,
+    /// Bytes the entries may take now (0: none are added).
+    capacity: AtomicU64,
+    /// Set by the first entry added: until then the committer need not forget keys.
+    populated: AtomicBool,
+}
+
+impl RecordCache {
+    /// An empty cache that may later hold up to `most` bytes (its hash tables are sized
+    /// for that); it takes nothing until [`RecordCache::set_capacity`].
+    pub(crate) fn new(most: usize) -> Self {
+        RecordCache {
+            records: Cache::with_weighter((most / EXPECTED_RECORD).max(64), 0, Footprint),
+            capacity: AtomicU64::new(0),
+            populated: AtomicBool::new(false),
+        }
+    }
+
+    /// The cached record of `key`, if any.
+    pub(crate) fn get(&self, key: &[u8]) -> Option<Version> {
+        if !self.populated.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.records.get(key)
+    }
+
+    /// Caches `v` as the record of `key`, which the caller read from the space under
+    /// the keyspace's read lock and still holds it.
+    pub(crate) fn put(&self, key: &[u8], v: &Version) {
+        if self.capacity.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        // Before the entry: the committer's write section, which begins after this
+        // reader's lock is released, sees it set.
+        self.populated.store(true, Ordering::Release);
+        self.records.insert(key.into(), v.clone());
+    }
+
+    /// Drops the entry of `key`, whose record the caller (the committer, in a write
+    /// section) is changing.
+    pub(crate) fn forget(&self, key: &[u8]) {
+        if self.populated.load(Ordering::Acquire) {
+            self.records.remove(key);
+        }
+    }
+
+    /// Lets the entries take `bytes` from now on, evicting what no longer fits (all of
+    /// them at 0).
+    pub(crate) fn set_capacity(&self, bytes: u64) {
+        if self.capacity.swap(bytes, Ordering::Relaxed) != bytes {
+            self.records.set_capacity(bytes);
+        }
+    }
+
+    /// Bytes the entries may take now.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the entries take.
+    pub(crate) fn used(&self) -> u64 {
+        self.records.weight()
+    }
+
+    /// Every entry (for the store's check).
+    pub(crate) fn entries(&self) -> Vec<(Box<[u8]>, Version)> {
+        self.records.iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memtable::Value;
+
+    fn version(seq: u64, v: &[u8]) -> Version {
+        Version {
+            seq,
+            value: Value::Inline(v.into()),
+            prior: None,
+        }
+    }
+
+    #[test]
+    fn holds_nothing_until_given_room_and_everything_it_is_told_to_forget_goes() {
+        let c = RecordCache::new(1 << 20);
+        c.put(b"a", &version(1, b"one"));
+        assert_eq!(c.get(b"a"), None, "no capacity yet: nothing is kept");
+        c.set_capacity(1 << 20);
+        c.put(b"a", &version(1, b"one"));
+        c.put(b"b", &version(2, b"two"));
+        assert_eq!(c.get(b"a"), Some(version(1, b"one")));
+        c.forget(b"a");
+        assert_eq!(c.get(b"a"), None);
+        assert_eq!(c.get(b"b"), Some(version(2, b"two")));
+        assert!(c.used() > 0);
+        c.set_capacity(0);
+        assert_eq!(c.get(b"b"), None, "no room: every entry evicted");
+        assert_eq!(c.used(), 0);
+    }
+
+    #[test]
+    fn stays_within_its_budget() {
+        let c = RecordCache::new(64 << 10);
+        c.set_capacity(64 << 10);
+        for i in 0..10_000u32 {
+            c.put(&i.to_be_bytes(), &version(u64::from(i), &[7; 100]));
+        }
+        assert!(c.used() <= 64 << 10, "{} bytes", c.used());
+        assert!(c.entries().len() > 64, "{} entries", c.entries().len());
+    }
+}
