@@ -53,6 +53,15 @@ fn grow<T>(v: &mut Vec<T>, n: usize) {
     }
 }
 
+/// An interval's place in a [`SparseIndex`], from [`SparseIndex::locate`]: valid until
+/// the index next changes (the caller holds the keyspace's lock across both calls).
+#[derive(Clone, Copy, Debug)]
+pub struct Position {
+    leaf: NodeId,
+    j: usize,
+    shift: i64,
+}
+
 /// One interval as the index sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interval {
@@ -208,11 +217,29 @@ impl SparseIndex {
     /// The index key of the interval that holds `key` ([`SparseIndex::find`] without
     /// copying anything).
     pub fn find_key(&self, key: &[u8]) -> &[u8] {
-        let (leaf, j, _) = self.walk(key, |_, _| {});
-        match &self.nodes[leaf] {
-            Node::Leaf { keys, .. } => keys.get(j),
+        self.key_of(self.locate(key))
+    }
+
+    /// Where the interval that holds `key` is in the index: one descent, from which
+    /// [`SparseIndex::key_of`] gives its key without copying and
+    /// [`SparseIndex::interval_of`] the whole interval. A point read looks its key up
+    /// in the cache and, on a miss, needs the interval without a second descent.
+    pub fn locate(&self, key: &[u8]) -> Position {
+        let (leaf, j, shift) = self.walk(key, |_, _| {});
+        Position { leaf, j, shift }
+    }
+
+    /// The index key at `at`, which the index has not changed since it was found.
+    pub fn key_of(&self, at: Position) -> &[u8] {
+        match &self.nodes[at.leaf] {
+            Node::Leaf { keys, .. } => keys.get(at.j),
             Node::Internal { .. } => unreachable!("paths end at leaves"),
         }
+    }
+
+    /// The interval at `at`, which the index has not changed since it was found.
+    pub fn interval_of(&self, at: Position) -> Interval {
+        self.interval_at(at.leaf, at.j, at.shift)
     }
 
     /// Tells `visit` the index keys of the intervals from the one holding `from` on, in

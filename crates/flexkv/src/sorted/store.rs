@@ -327,16 +327,18 @@ impl SortedStore {
 
     /// [`SortedStore::get`] under the lock.
     fn get_holding(&self, st: &State, key: &[u8]) -> Result<Option<Version>> {
+        let at = st.index.locate(key);
         let found = self
             .cache
-            .get_with(st.index.find_key(key), |l| find_version(l, key));
+            .get_with(st.index.key_of(at), |l| find_version(l, key));
         if let Some(found) = found {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(found);
         }
-        // Just missed: straight to the space, not through `load`'s second cache lookup.
+        // Just missed: straight to the space, not through `load`'s second cache lookup
+        // or a second descent of the index.
         self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
-        let iv = st.index.find(key);
+        let iv = st.index.interval_of(at);
         // The footprint is not known before the read: the interval's size and the
         // overhead of a full one stand in. An estimate below it would let the cache
         // take a read's interval as "room" and then evict for it.
