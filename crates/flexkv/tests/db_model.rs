@@ -1,6 +1,7 @@
 //! Model test: random puts, deletes, batches, reads, ranges, snapshots, syncs, reopens
 //! and crashes against a `BTreeMap` per keyspace. At least 10,000 operations per run
-//! (cases × operations per case).
+//! (cases × operations per case). Half the cases (odd seeds) give the database a cache
+//! budget its keyspaces outgrow, so point reads also go through the record cache.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -26,6 +27,8 @@ enum Op {
     Delete(usize, Vec<u8>, bool),
     Batch(Vec<(usize, Vec<u8>, Option<Vec<u8>>)>, bool),
     Get(usize, Vec<u8>),
+    /// Point reads of every key the keyspace holds, twice.
+    GetAll(usize),
     Range(usize, Option<Vec<u8>>, Option<Vec<u8>>, bool),
     TakeSnapshot,
     CheckSnapshot(usize, usize),
@@ -58,6 +61,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (proptest::collection::vec((ks.clone(), key(), proptest::option::of(value())), 1..8), any::<bool>())
             .prop_map(|(ops, d)| Op::Batch(ops, d)),
         10 => (ks.clone(), key()).prop_map(|(s, k)| Op::Get(s, k)),
+        3 => ks.clone().prop_map(Op::GetAll),
         6 => (ks.clone(), proptest::option::of(key()), proptest::option::of(key()), any::<bool>())
             .prop_map(|(s, lo, hi, rev)| Op::Range(s, lo, hi, rev)),
         2 => Just(Op::TakeSnapshot),
@@ -72,6 +76,9 @@ fn op() -> impl Strategy<Value = Op> {
 
 struct World {
     vfs: FaultVfs,
+    /// The cache budget: the default, or (odd seeds) one the keyspaces outgrow, so
+    /// that point reads go through the record cache and intervals are evicted.
+    cache: usize,
     db: Db,
     ks: Vec<Keyspace>,
     model: Model,
@@ -95,9 +102,11 @@ fn durability(sync: bool) -> Durability {
 impl World {
     fn new(seed: u64) -> World {
         let vfs = FaultVfs::new(seed);
-        let (db, ks) = World::open(&vfs);
+        let cache = if seed % 2 == 1 { 4 << 10 } else { 256 << 20 };
+        let (db, ks) = World::open(&vfs, cache);
         World {
             vfs,
+            cache,
             db,
             ks,
             model: vec![BTreeMap::new(); KEYSPACES],
@@ -107,7 +116,7 @@ impl World {
         }
     }
 
-    fn open(vfs: &FaultVfs) -> (Db, Vec<Keyspace>) {
+    fn open(vfs: &FaultVfs, cache: usize) -> (Db, Vec<Keyspace>) {
         // Memtables this small fill every few operations, so every case commits to
         // the sorted keyspaces many times, and small FlexSpace segments make their
         // garbage collection run too. Intervals of at most 2 pairs and index nodes of
@@ -120,6 +129,7 @@ impl World {
             .interval_pairs(2)
             .index_fanout(4)
             .space_options(small_space())
+            .cache_bytes(cache)
             .open()
             .unwrap();
         let mut ks = vec![db.default_keyspace()];
@@ -220,6 +230,7 @@ impl World {
                     self.model[s].contains_key(&k)
                 );
             }
+            Op::GetAll(s) => self.get_all(s),
             Op::Range(s, lo, hi, rev) => self.check_range(s, &lo, &hi, rev, None),
             Op::TakeSnapshot => self
                 .snapshots
@@ -252,19 +263,21 @@ impl World {
             Op::Reopen => {
                 self.snapshots.clear();
                 self.ks.clear();
-                let db = std::mem::replace(&mut self.db, World::open(&FaultVfs::new(0)).0);
+                let db =
+                    std::mem::replace(&mut self.db, World::open(&FaultVfs::new(0), self.cache).0);
                 db.close().unwrap();
-                (self.db, self.ks) = World::open(&self.vfs);
+                (self.db, self.ks) = World::open(&self.vfs, self.cache);
                 self.made_durable();
                 self.check_all();
             }
             Op::Crash => {
                 self.snapshots.clear();
                 self.ks.clear();
-                let db = std::mem::replace(&mut self.db, World::open(&FaultVfs::new(0)).0);
+                let db =
+                    std::mem::replace(&mut self.db, World::open(&FaultVfs::new(0), self.cache).0);
                 std::mem::forget(db); // a crash runs no destructor
                 self.vfs.crash(CrashMode::DropUnsynced);
-                (self.db, self.ks) = World::open(&self.vfs);
+                (self.db, self.ks) = World::open(&self.vfs, self.cache);
                 // The durable state, or it plus a prefix of the Buffered writes after it.
                 let found = self.contents();
                 let candidates = std::iter::once(&self.durable).chain(&self.since_durable);
@@ -301,8 +314,20 @@ impl World {
     fn check_all(&self) {
         for s in 0..KEYSPACES {
             self.check_range(s, &None, &None, false, None);
+            self.get_all(s);
         }
         self.db.check().unwrap();
+    }
+
+    /// Point reads of every key of keyspace `s`, twice: where the keyspace outgrew the
+    /// budget, the second pass reads what the first put in the record cache, and later
+    /// operations read what is left of it.
+    fn get_all(&self, s: usize) {
+        for _ in 0..2 {
+            for (k, v) in &self.model[s] {
+                assert_eq!(self.ks[s].get(k).unwrap().as_ref(), Some(v));
+            }
+        }
     }
 }
 
