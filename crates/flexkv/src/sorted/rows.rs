@@ -99,7 +99,15 @@ impl RecordCache {
     /// Lets the entries take `bytes` from now on, evicting what no longer fits (all of
     /// them at 0).
     pub(crate) fn set_capacity(&self, bytes: u64) {
-        if self.capacity.swap(bytes, Ordering::Relaxed) != bytes {
+        if self.capacity.swap(bytes, Ordering::Relaxed) == bytes {
+            return;
+        }
+        // At 0 the entries go but quick_cache keeps its last capacity: scaled to 0, its
+        // list of recently evicted keys (which lets a key read again soon back in as
+        // hot) would stay empty once the cache got room again.
+        if bytes == 0 {
+            self.records.clear();
+        } else {
             self.records.set_capacity(bytes);
         }
     }
@@ -149,6 +157,11 @@ mod tests {
         c.set_capacity(0);
         assert_eq!(c.get(b"b"), None, "no room: every entry evicted");
         assert_eq!(c.used(), 0);
+        c.put(b"c", &version(3, b"three"));
+        assert_eq!(c.get(b"c"), None, "no room: nothing added");
+        c.set_capacity(1 << 20);
+        c.put(b"c", &version(3, b"three"));
+        assert_eq!(c.get(b"c"), Some(version(3, b"three")), "room again");
     }
 
     #[test]
