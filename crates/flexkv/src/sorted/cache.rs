@@ -30,7 +30,7 @@
 //!   index and the space.
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_skiplist::SkipMap;
@@ -38,6 +38,7 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
+use super::doorkeeper::Doorkeeper;
 use super::interval::Loaded;
 
 /// Bytes of bookkeeping per entry beyond its interval and keys, for the budget: the
@@ -127,47 +128,6 @@ const ADMIT_ONE_IN: usize = 64;
 const BYTES_PER_REMEMBERED: usize = 1 << 10;
 /// The fewest misses remembered, for small caches.
 const MIN_REMEMBERED: usize = 256;
-
-/// The intervals reads missed lately (TinyLFU's doorkeeper): a full cache takes
-/// a read's interval on its second miss within a window of misses, not its first.
-/// A bit set with two bits per key, cleared once a window's worth of new keys went in.
-/// It may say "seen" of a key it was never told about (about one in twenty at a full
-/// window), which only admits that interval early.
-struct Doorkeeper {
-    bits: Box<[AtomicU64]>,
-    added: AtomicUsize,
-    window: usize,
-}
-
-impl Doorkeeper {
-    fn new(window: usize) -> Self {
-        let words = (window * 8).div_ceil(64).max(1).next_power_of_two();
-        Doorkeeper {
-            bits: (0..words).map(|_| AtomicU64::new(0)).collect(),
-            added: AtomicUsize::new(0),
-            window: window.max(1),
-        }
-    }
-
-    /// Records a miss of the interval keyed `key`; returns whether one was recorded
-    /// since the last clearing.
-    fn missed_before(&self, key: &[u8]) -> bool {
-        use std::hash::BuildHasher;
-        let h = foldhash::fast::FixedState::default().hash_one(key);
-        let mask = self.bits.len() * 64 - 1;
-        let mut seen = true;
-        for bit in [h as usize & mask, (h >> 32) as usize & mask] {
-            let b = 1u64 << (bit % 64);
-            seen &= self.bits[bit / 64].fetch_or(b, Ordering::Relaxed) & b != 0;
-        }
-        if !seen && self.added.fetch_add(1, Ordering::Relaxed) + 1 >= self.window {
-            // Racing readers may lose a few marks here: they only delay an admission.
-            self.bits.iter().for_each(|w| w.store(0, Ordering::Relaxed));
-            self.added.store(0, Ordering::Relaxed);
-        }
-        seen
-    }
-}
 
 impl IntervalCache {
     /// An empty cache holding at most `capacity` bytes (0 caches nothing).

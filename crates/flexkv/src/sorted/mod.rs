@@ -5,6 +5,7 @@
 
 mod cache;
 pub(crate) mod commit;
+mod doorkeeper;
 pub(crate) mod history;
 pub(crate) mod index;
 pub(crate) mod interval;
