@@ -6,7 +6,8 @@
 //! Zipfian) has its hot keys scattered one or two per interval, so a cached interval
 //! spends most of its bytes on pairs nobody asked for. A record alone takes about a
 //! tenth of an interval's bytes: the same memory holds about ten times as many hot
-//! keys. At 10M UDB pairs the interval cache answered about a third of ycsb-c's reads.
+//! keys. At 10M UDB pairs the interval cache answered about a third of the lookups of
+//! ycsb-c and ycsb-f.
 //!
 //! The cache takes a share of the keyspace's budget only while the keyspace does not
 //! fit (`Builder::record_cache_share`, applied by `SortedStore::fit_cache`); it is
@@ -25,6 +26,7 @@
 //! changed its record.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
@@ -63,7 +65,12 @@ pub(crate) struct RecordCache {
     /// window of about as many misses as the cache can hold records: a read of a key
     /// nobody reads again (every read, under uniform access to a keyspace many times the
     /// cache) costs an insertion and an eviction and keeps nothing useful.
-    doorkeeper: Doorkeeper,
+    ///
+    /// Made at the first put: a keyspace that fits never needs it (it takes a byte
+    /// per record the cache could hold).
+    doorkeeper: OnceLock<Doorkeeper>,
+    /// The records the cache could hold at most, the doorkeeper's window.
+    most_records: usize,
     /// Whether the entries took most of the capacity when last looked at (every
     /// [`FULL_CHECK`] puts: the cache's weight is a sum over its shards).
     full: AtomicBool,
@@ -74,15 +81,17 @@ pub(crate) struct RecordCache {
 const FULL_CHECK: u64 = 256;
 
 impl RecordCache {
-    /// An empty cache that may later hold up to `most` bytes (its hash tables are sized
-    /// for that); it takes nothing until [`RecordCache::set_capacity`].
+    /// An empty cache that may later hold up to `most` bytes (what quick_cache sizes its
+    /// shards and its list of evicted keys for); it takes nothing until
+    /// [`RecordCache::set_capacity`].
     pub(crate) fn new(most: usize) -> Self {
         let records = (most / EXPECTED_RECORD).max(64);
         RecordCache {
             records: Cache::with_weighter(records, 0, Footprint),
             capacity: AtomicU64::new(0),
             populated: AtomicBool::new(false),
-            doorkeeper: Doorkeeper::new(records),
+            doorkeeper: OnceLock::new(),
+            most_records: records,
             full: AtomicBool::new(false),
             puts: AtomicU64::new(0),
         }
@@ -115,7 +124,10 @@ impl RecordCache {
         }
         // The miss is remembered even while there is room, so that a key read again
         // once the cache is full is known.
-        let again = self.doorkeeper.missed_before(key);
+        let again = self
+            .doorkeeper
+            .get_or_init(|| Doorkeeper::new(self.most_records))
+            .missed_before(key);
         if !again && self.full.load(Ordering::Relaxed) {
             return;
         }
