@@ -295,6 +295,13 @@ impl Wal {
     /// everything before it) and starts the next; returns the closed segment's number.
     /// Called when a memtable becomes immutable, under the lock that orders appends, so
     /// the closed segment and those before it hold exactly the batches up to that point.
+    ///
+    /// The sync is also what makes a memtable's batches durable in the WAL before the
+    /// committer applies any of them: a sync of the space in the middle of a commit (a
+    /// GC pass of the space makes one) can make part of a memtable durable, and without
+    /// its WAL records the rest could not be replayed. Handing this sync to a thread
+    /// left a batch half there in `db_crash` (docs/benchmarks.md, thirty-second
+    /// session).
     pub(crate) fn rotate(&self) -> Result<u32> {
         let mut w = self.writer.lock();
         w.file.sync()?;
