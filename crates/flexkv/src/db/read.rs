@@ -189,6 +189,7 @@ impl Snapshot {
             unsettled: None,
             buf: StoreBuf::default(),
             buf_epoch: None,
+            last_read: None,
             store_batch: STORE_AHEAD_FIRST,
             epoch: None,
             buf_forward: true,
@@ -268,6 +269,11 @@ pub struct Iter {
     buf: StoreBuf,
     /// The store epoch `buf` was read at (`None`: nothing read).
     buf_epoch: Option<u64>,
+    /// The last interval the last read of the store returned, and its epoch: where
+    /// the next read most likely starts ([`SortedStore::scan`]'s hint).
+    ///
+    /// [`SortedStore::scan`]: crate::sorted::store::SortedStore::scan
+    last_read: Option<(u64, Arc<Loaded>)>,
     /// Records to take from the cache per read of the store: it doubles from
     /// [`STORE_AHEAD_FIRST`] to [`STORE_AHEAD`], so a long scan searches the cache
     /// seldom and a short one does not walk far past where it stops.
@@ -305,6 +311,9 @@ pub struct Iter {
     mems_generation: Option<u64>,
     mems_forward: bool,
 }
+
+/// Runs of store records whose memory is asked for ahead of the one being read.
+const TOUCH_AHEAD: usize = 1;
 
 /// Store records an iterator has read ahead of its position, nearest first: runs of
 /// cached intervals (never empty), decoded a record at a time as it comes to them.
@@ -359,6 +368,9 @@ impl StoreBuf {
             .is_some_and(|l| Arc::ptr_eq(l, &run.interval));
         if run.range.is_empty() {
             let run = self.runs.pop_front()?;
+            if let Some(next) = self.runs.get(TOUCH_AHEAD) {
+                next.interval.touch(next.range.clone());
+            }
             if !same {
                 *interval = Some(run.interval);
             }
@@ -583,12 +595,17 @@ impl Iter {
             } else {
                 1
             };
-            let (e, recs) = store.scan(from, forward, min, self.store_batch)?;
+            let hint = self.last_read.as_ref().map(|(e, l)| (*e, l));
+            let (e, recs) = store.scan(from, forward, min, self.store_batch, hint)?;
+            self.last_read = recs.last().map(|r| (e, Arc::clone(&r.interval)));
             self.store_batch = (self.store_batch * 2).min(STORE_AHEAD);
             self.buf_epoch = Some(e);
             self.buf_forward = forward;
             self.buf_end = recs.is_empty();
-            for r in &recs {
+            // The runs are asked for two ahead of the one being read (see `pop`), not all
+            // at once: a batch can run far past where a scan stops, and hints for all
+            // of it at once wait for one another.
+            for r in recs.iter().take(TOUCH_AHEAD + 1) {
                 r.interval.touch(r.range.clone());
             }
             self.buf.runs = recs.into();
@@ -1140,6 +1157,60 @@ impl DoubleEndedIterator for Iter {
 #[cfg(test)]
 mod tests {
     use super::successor;
+    use crate::sorted::store::Run;
+    use std::ops::Bound;
+    use std::sync::Arc;
+
+    fn keys(runs: &[Run]) -> Vec<Vec<u8>> {
+        runs.iter()
+            .flat_map(|r| r.range.clone().map(|i| r.interval.key(i).to_vec()))
+            .collect()
+    }
+
+    /// A store read takes the interval it is handed as the one holding its start only
+    /// where it is that interval and was read at the store's epoch now.
+    #[test]
+    fn a_store_read_takes_its_hint_only_where_it_holds_the_start_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::Db::builder(dir.path())
+            .interval_pairs(4)
+            .open()
+            .unwrap();
+        for i in 0..64u32 {
+            db.put(format!("k{i:03}").as_bytes(), b"v").unwrap();
+        }
+        db.flush().unwrap();
+        let store = db.inner.store(db.default_keyspace().id()).unwrap();
+        let from = Bound::Included(&b"k040"[..]);
+        let (e, plain) = store.scan(from, true, 8, 8, None).unwrap();
+        assert!(keys(&plain).len() >= 8);
+        assert_eq!(keys(&plain)[0], b"k040");
+        // A copy of the interval holding k040, to tell whether the read took it.
+        let right = Arc::new((*plain[0].interval).clone());
+        let (_, far) = store
+            .scan(Bound::Included(b"k010"), true, 1, 1, None)
+            .unwrap();
+        let wrong = Arc::new((*far[0].interval).clone());
+
+        let (_, got) = store.scan(from, true, 8, 8, Some((e, &right))).unwrap();
+        assert!(Arc::ptr_eq(&got[0].interval, &right), "the hint holds k040");
+        assert_eq!(keys(&got), keys(&plain));
+        let (_, got) = store.scan(from, true, 8, 8, Some((e, &wrong))).unwrap();
+        assert!(
+            !Arc::ptr_eq(&got[0].interval, &wrong),
+            "k010's interval was taken"
+        );
+        assert_eq!(keys(&got), keys(&plain));
+        // The same interval, read before a commit moved the epoch on.
+        db.put(b"k041a", b"v").unwrap();
+        db.flush().unwrap();
+        let (_, got) = store.scan(from, true, 8, 8, Some((e, &right))).unwrap();
+        assert!(
+            !Arc::ptr_eq(&got[0].interval, &right),
+            "a stale hint was taken"
+        );
+        assert_eq!(keys(&got)[..3], [&b"k040"[..], b"k041", b"k041a"]);
+    }
 
     #[test]
     fn successor_is_the_first_key_past_a_prefix() {

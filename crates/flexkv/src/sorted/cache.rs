@@ -245,6 +245,7 @@ impl IntervalCache {
         let old = self.map.get(key).map(|e| Arc::clone(e.value()));
         if let Some(old) = &old {
             ring.used -= old.footprint();
+            self.unlink(key, &old.interval);
         }
         while ring.used + size > capacity {
             self.evict_one(&mut ring, Some(key));
@@ -356,6 +357,17 @@ impl IntervalCache {
             ring.used -= entry.footprint();
             ring.slots[entry.slot] = None;
             ring.free.push(entry.slot);
+            self.unlink(key, &entry.interval);
+        }
+    }
+
+    /// Clears the link to `gone` (the interval keyed `key`, leaving the cache) from
+    /// the cached interval before it, if that one links to it (see [`Next`]).
+    ///
+    /// [`Next`]: super::interval::Next
+    fn unlink(&self, key: &[u8], gone: &Loaded) {
+        if let Some(prev) = self.map.upper_bound(Bound::Excluded(key)) {
+            prev.value().interval.next.clear_if(gone);
         }
     }
 
@@ -463,6 +475,36 @@ mod tests {
     /// What one entry keyed `key` with no end costs.
     fn cost(key: &[u8], n: usize) -> usize {
         PER_ENTRY + 3 * key.len() + interval(n).footprint()
+    }
+
+    #[test]
+    fn an_interval_leaving_the_cache_is_unlinked_from_the_one_before() {
+        let one = cost(b"b", 4);
+        let c = IntervalCache::new(3 * one);
+        for k in [b"a", b"b", b"c"] {
+            c.put(k, None, interval(4));
+        }
+        let (a, b) = (c.get(b"a").unwrap(), c.get(b"b").unwrap());
+        a.next.set(2, &b);
+        b.next.set(2, &c.get(b"c").unwrap());
+        // Replaced: the link to the old form goes (the new one is not linked yet).
+        c.put(b"b", None, interval(4));
+        assert!(a.next.get(2).is_none());
+        let b = c.get(b"b").unwrap();
+        a.next.set(2, &b);
+        // Removed.
+        c.remove(b"b");
+        assert!(a.next.get(2).is_none());
+        c.put(b"b", None, Arc::clone(&b));
+        a.next.set(2, &b);
+        // Evicted: `a` and `c` were used since they went in, `b` was not. This test
+        // still holds `b`, so only the cache's unlinking ends the link.
+        assert!(c.get(b"a").is_some() && c.get(b"c").is_some());
+        b.referenced.take();
+        c.put(b"d", None, interval(4));
+        assert!(c.get(b"b").is_none(), "b was the one evicted");
+        let a = c.get(b"a").unwrap();
+        assert!(a.next.get(2).is_none(), "and a no longer links to it");
     }
 
     #[test]

@@ -413,7 +413,7 @@ impl SortedStore {
                 Some((size, p, l))
                     if size == iv.size
                         && st.space.placed(iv.offset, iv.size, &p)?
-                        && (l.len() == 0 || l.key(0) >= iv.key.as_slice()) =>
+                        && (l.is_empty() || l.key(0) >= iv.key.as_slice()) =>
                 {
                     Some(l)
                 }
@@ -636,7 +636,7 @@ impl SortedStore {
         };
         let mut oi = 0;
         let mut shrank = false;
-        let appended = old.len() > 0 && ups.iter().all(|u| *u.key > *old.key(old.len() - 1));
+        let appended = !old.is_empty() && ups.iter().all(|u| *u.key > *old.key(old.len() - 1));
         for (u, outcome) in ups.iter().zip(outcomes) {
             while oi < old.len() && old.key(oi) < &u.key[..] {
                 edit_run(&mut run, &bytes)?;
@@ -694,7 +694,7 @@ impl SortedStore {
             st.index.resize(&iv.key, delta)?;
         }
         let new = Loaded::from_parts(bytes, starts);
-        if !rewrite && old.len() > 0 {
+        if !rewrite && !old.is_empty() {
             // The old first record, if it is still here but no longer first, still
             // carries the head tag.
             if let Some(j) = new.find(old.key(0)).filter(|&j| j > 0) {
@@ -824,7 +824,7 @@ impl SortedStore {
         // The cache's entries change so that a reader without the lock never finds one
         // claiming keys it does not hold (see the cache's documentation): a merged
         // interval's entry is replaced before the absorbed one's goes.
-        if new.len() == 0 {
+        if new.is_empty() {
             if iv.key.is_empty() {
                 self.cache_put(st, &iv.key, Arc::new(new));
             } else if let Some(next) = st.index.next(&iv.key) {

@@ -55,6 +55,8 @@ pub(crate) struct Loaded {
     /// The cache's CLOCK bit, here rather than in the cache's entry so that a cached
     /// read touches one structure fewer.
     pub(crate) referenced: Referenced,
+    /// The interval after this one, as a forward scan last found it cached.
+    pub(crate) next: Next,
 }
 
 /// A CLOCK reference bit: set by a read, cleared by the cache's hand. Not part of an
@@ -96,6 +98,69 @@ impl PartialEq for Referenced {
 }
 
 impl Eq for Referenced {}
+
+/// A link from a cached interval to the cached interval after it, with the store
+/// epoch it was made at (FlexDB §5.2 has each index entry point at its cached
+/// interval; this points from neighbour to neighbour, which is what a scan follows).
+/// A forward scan that comes to an interval at the epoch its link was made goes
+/// straight to the next one: no hash of its key, no lookup in the cache's hash map
+/// (a cache miss each) and no lock on a shard of it.
+///
+/// Why it is right: the committer changes intervals only in write sections, each of
+/// which moves the epoch on, and a scan under the keyspace's read lock sees one
+/// epoch throughout. So a link made at epoch `e` from this interval's cached form
+/// leads to the next interval's form at `e`, which still holds at `e`.
+///
+/// The link is weak, so it never keeps an evicted interval's records in memory, and
+/// the cache clears it when the interval it leads to leaves
+/// ([`IntervalCache`](super::cache::IntervalCache)), so it does not keep that
+/// interval's struct allocated either. (A scan that links to an interval just as it
+/// leaves can make a link the cache did not see: that keeps one struct's block, a few
+/// hundred bytes, until the link is made again or this interval leaves too.) Not part
+/// of an interval's content: a clone starts unlinked and equality ignores it.
+#[derive(Debug, Default)]
+pub(crate) struct Next(parking_lot::Mutex<Option<(u64, std::sync::Weak<Loaded>)>>);
+
+impl Next {
+    /// The next interval, if the link was made at `epoch` and it is still in memory.
+    pub(crate) fn get(&self, epoch: u64) -> Option<std::sync::Arc<Loaded>> {
+        match &*self.0.lock() {
+            Some((e, next)) if *e == epoch => next.upgrade(),
+            _ => None,
+        }
+    }
+
+    /// Links to `next`, the cached interval after this one at `epoch`.
+    pub(crate) fn set(&self, epoch: u64, next: &std::sync::Arc<Loaded>) {
+        *self.0.lock() = Some((epoch, std::sync::Arc::downgrade(next)));
+    }
+
+    /// Drops the link if it leads to `gone`, which is leaving the cache: a link kept
+    /// would keep `gone`'s struct allocated (not its records).
+    pub(crate) fn clear_if(&self, gone: &Loaded) {
+        let mut link = self.0.lock();
+        if link
+            .as_ref()
+            .is_some_and(|(_, next)| std::ptr::eq(next.as_ptr(), gone))
+        {
+            *link = None;
+        }
+    }
+}
+
+impl Clone for Next {
+    fn clone(&self) -> Self {
+        Next::default()
+    }
+}
+
+impl PartialEq for Next {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Next {}
 
 /// The key fingerprint of FlexDB's interval cache.
 pub(crate) fn fingerprint(key: &[u8]) -> u16 {
@@ -151,6 +216,7 @@ impl Loaded {
             spans,
             fragmented: false,
             referenced: Referenced::default(),
+            next: Next::default(),
         }
     }
 
@@ -173,6 +239,7 @@ impl Loaded {
                 .collect(),
             fragmented: false,
             referenced: Referenced::default(),
+            next: Next::default(),
         }
     }
 
@@ -194,12 +261,17 @@ impl Loaded {
             spans,
             fragmented: false,
             referenced: Referenced::default(),
+            next: Next::default(),
         }
     }
 
     /// The number of records.
     pub(crate) fn len(&self) -> usize {
         self.spans.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.spans.is_empty()
     }
 
     /// The interval's size in bytes.
@@ -306,6 +378,34 @@ mod tests {
             .encode(&mut buf);
         }
         buf
+    }
+
+    #[test]
+    fn a_link_leads_on_only_at_its_epoch_and_never_keeps_its_interval() {
+        let a = Loaded::parse(interval(&[b"a"])).unwrap();
+        let b = std::sync::Arc::new(Loaded::parse(interval(&[b"b"])).unwrap());
+        assert!(a.next.get(4).is_none(), "a new interval is unlinked");
+        a.next.set(4, &b);
+        let got = a.next.get(4).expect("the link leads on at its epoch");
+        assert!(std::sync::Arc::ptr_eq(&got, &b));
+        drop(got);
+        assert!(
+            a.next.get(6).is_none(),
+            "the epoch moved: the link is stale"
+        );
+        // A clone and an equal interval do not share or compare the link.
+        assert!(a.clone().next.get(4).is_none());
+        assert_eq!(a.clone(), a);
+        // Only a link to the interval leaving is cleared.
+        let c = Loaded::parse(interval(&[b"c"])).unwrap();
+        a.next.clear_if(&c);
+        assert!(a.next.get(4).is_some());
+        a.next.clear_if(&b);
+        assert!(a.next.get(4).is_none());
+        // The link is weak: the interval it led to goes with its last holder.
+        a.next.set(4, &b);
+        drop(b);
+        assert!(a.next.get(4).is_none());
     }
 
     #[test]

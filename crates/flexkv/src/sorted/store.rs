@@ -435,17 +435,22 @@ impl SortedStore {
     /// and since following one cached interval to the next costs little, that walk goes
     /// on to `ahead` records if `min` is fewer; otherwise the read lock, for this call
     /// only.
+    ///
+    /// `hint` is an interval the caller read at the epoch given with it, likely the
+    /// one holding `from` (the last of the caller's previous scan): if it is, and the
+    /// epoch has not moved, it is taken as it is, without a lookup in the cache.
     pub(crate) fn scan(
         &self,
         from: Bound<&[u8]>,
         forward: bool,
         min: usize,
         ahead: usize,
+        hint: Option<(u64, &Arc<Loaded>)>,
     ) -> Result<Scan> {
         self.usable()?;
         let min = min.max(1);
         if let Some(st) = self.state.try_read() {
-            return self.scan_holding(&st, from, forward, min, ahead);
+            return self.scan_holding(&st, from, forward, min, ahead, hint);
         }
         let cached = self.epoch.stable(|| {
             let min = min.max(ahead);
@@ -472,7 +477,7 @@ impl SortedStore {
                 .fetch_add(scan.1.len() as u64, Ordering::Relaxed);
             return Ok(scan);
         }
-        self.scan_holding(&self.state.read(), from, forward, min, ahead)
+        self.scan_holding(&self.state.read(), from, forward, min, ahead, hint)
     }
 
     /// [`SortedStore::scan`] under the lock: intervals from the index, each from the
@@ -485,18 +490,47 @@ impl SortedStore {
         forward: bool,
         min: usize,
         ahead: usize,
+        hint: Option<(u64, &Arc<Loaded>)>,
     ) -> Result<Scan> {
         let epoch = self.epoch.now();
         let start = match from {
             Bound::Unbounded => None,
             Bound::Included(k) | Bound::Excluded(k) => Some(k),
         };
-        let (mut out, mut found, mut bound) = (Vec::new(), 0, from);
+        // The hint holds `from` if its first record lies between the index key of the
+        // interval holding `from` and `from`: index keys part the keyspace, and the
+        // only one in the hint's part is its own.
+        let mut hint = hint
+            .filter(|(e, l)| *e == epoch && !l.is_empty())
+            .and_then(|(_, l)| Some((start?, l)))
+            .filter(|(from, l)| l.key(0) <= *from);
+        let (mut out, mut found, mut bound) = (Vec::<Run>::new(), 0, from);
         let (mut hits, mut failed) = (0, None);
+        // Whether the last interval visited is the last one in `out` and was cached: a
+        // forward scan then follows its link to the next (`interval::Next`), or makes one.
+        let mut linkable = false;
         st.index.walk_keys(start, forward, |key| {
-            let loaded = match self.cache.get(key) {
+            let prev = out.last().filter(|_| linkable).map(|r| &r.interval);
+            let linked = match hint.take() {
+                Some((_, l)) if key <= l.key(0) => Some(Arc::clone(l)),
+                _ => prev.and_then(|p| p.next.get(epoch)),
+            };
+            linkable = false;
+            let cached = match linked {
+                Some(l) => {
+                    l.referenced.set();
+                    Some(l)
+                }
+                None => self.cache.get(key).inspect(|l| {
+                    if let Some(p) = prev {
+                        p.next.set(epoch, l);
+                    }
+                }),
+            };
+            let loaded = match cached {
                 Some(l) => {
                     hits += 1;
+                    linkable = forward;
                     l
                 }
                 None if found < min => match self.load_admitted(st, &st.index.find(key)) {
@@ -589,7 +623,7 @@ impl SortedStore {
                 &format!("interval {:?}: {why}", iv.key),
             )
         })?;
-        if l.len() > 0 && l.key(0) < iv.key.as_slice() {
+        if !l.is_empty() && l.key(0) < iv.key.as_slice() {
             return Err(self.corrupt(iv.offset, "an interval's first key is below its index key"));
         }
         l.fragmented = extents > l.len().div_ceil(2).max(1);
@@ -648,7 +682,7 @@ impl SortedStore {
             // An index key may lie below its interval's first record (a separator, or
             // that record deleted), but never at or below the previous one's last.
             let next = intervals.get(n + 1).map(|i| i.key.as_slice());
-            if l.len() > 0 && next.is_some_and(|k| l.key(l.len() - 1) >= k) {
+            if !l.is_empty() && next.is_some_and(|k| l.key(l.len() - 1) >= k) {
                 return Err(self.corrupt(iv.offset, "a record is not below the next index key"));
             }
             for i in 0..l.len() {
