@@ -312,9 +312,6 @@ pub struct Iter {
     mems_forward: bool,
 }
 
-/// Runs of store records whose memory is asked for ahead of the one being read.
-const TOUCH_AHEAD: usize = 1;
-
 /// Store records an iterator has read ahead of its position, nearest first: runs of
 /// cached intervals (never empty), decoded a record at a time as it comes to them.
 #[derive(Debug, Default)]
@@ -368,9 +365,6 @@ impl StoreBuf {
             .is_some_and(|l| Arc::ptr_eq(l, &run.interval));
         if run.range.is_empty() {
             let run = self.runs.pop_front()?;
-            if let Some(next) = self.runs.get(TOUCH_AHEAD) {
-                next.interval.touch(next.range.clone());
-            }
             if !same {
                 *interval = Some(run.interval);
             }
@@ -602,10 +596,7 @@ impl Iter {
             self.buf_epoch = Some(e);
             self.buf_forward = forward;
             self.buf_end = recs.is_empty();
-            // The runs are asked for two ahead of the one being read (see `pop`), not all
-            // at once: a batch can run far past where a scan stops, and hints for all
-            // of it at once wait for one another.
-            for r in recs.iter().take(TOUCH_AHEAD + 1) {
+            for r in &recs {
                 r.interval.touch(r.range.clone());
             }
             self.buf.runs = recs.into();
