@@ -85,19 +85,27 @@ impl Referenced {
     }
 }
 
-impl Clone for Referenced {
-    fn clone(&self) -> Self {
-        Referenced::default()
-    }
+/// Implements `Clone` (a fresh default), `PartialEq` (always equal) and `Eq` for a
+/// field that is bookkeeping about an interval, not part of its content.
+macro_rules! not_content {
+    ($t:ty) => {
+        impl Clone for $t {
+            fn clone(&self) -> Self {
+                <$t>::default()
+            }
+        }
+
+        impl PartialEq for $t {
+            fn eq(&self, _: &Self) -> bool {
+                true
+            }
+        }
+
+        impl Eq for $t {}
+    };
 }
 
-impl PartialEq for Referenced {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for Referenced {}
+not_content!(Referenced);
 
 /// A link from a cached interval to the cached interval after it, with the store
 /// epoch it was made at (FlexDB §5.2 has each index entry point at its cached
@@ -148,19 +156,7 @@ impl Next {
     }
 }
 
-impl Clone for Next {
-    fn clone(&self) -> Self {
-        Next::default()
-    }
-}
-
-impl PartialEq for Next {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for Next {}
+not_content!(Next);
 
 /// The key fingerprint of FlexDB's interval cache.
 pub(crate) fn fingerprint(key: &[u8]) -> u16 {
