@@ -362,10 +362,15 @@ impl IntervalCache {
     }
 
     /// Clears the link to `gone` (the interval keyed `key`, leaving the cache) from
-    /// the cached interval before it, if that one links to it (see [`Next`]).
+    /// the cached interval before it, if that one links to it (see [`Next`]). Links
+    /// are the only weak references to an interval, so one nothing links to costs no
+    /// search: a commit that changes intervals no scan has passed pays nothing here.
     ///
     /// [`Next`]: super::interval::Next
-    fn unlink(&self, key: &[u8], gone: &Loaded) {
+    fn unlink(&self, key: &[u8], gone: &Arc<Loaded>) {
+        if Arc::weak_count(gone) == 0 {
+            return;
+        }
         if let Some(prev) = self.map.upper_bound(Bound::Excluded(key)) {
             prev.value().interval.next.clear_if(gone);
         }

@@ -506,8 +506,9 @@ impl SortedStore {
             .filter(|(from, l)| l.key(0) <= *from);
         let (mut out, mut found, mut bound) = (Vec::<Run>::new(), 0, from);
         let (mut hits, mut failed) = (0, None);
-        // Whether the last interval visited is the last one in `out` and was cached: a
-        // forward scan then follows its link to the next (`interval::Next`), or makes one.
+        // Whether the last interval visited is the last one in `out` and came from the
+        // cache, a link or the hint (not a read of the space): a forward scan then
+        // follows its link to the next (`interval::Next`), or makes one.
         let mut linkable = false;
         st.index.walk_keys(start, forward, |key| {
             let prev = out.last().filter(|_| linkable).map(|r| &r.interval);
