@@ -611,7 +611,9 @@ impl SortedStore {
             .iter()
             .map(|u| u.key.len() + u.versions.first().map_or(0, |(_, v)| v.footprint()) + 32)
             .sum();
-        let mut bytes = Vec::with_capacity(old.size() + added);
+        let mut bytes = std::mem::take(&mut st.rebuild);
+        bytes.clear();
+        bytes.reserve(old.size() + added);
         let mut starts: Vec<u32> = Vec::with_capacity(old.len() + ups.len());
         let keep = |bytes: &mut Vec<u8>, starts: &mut Vec<u32>, rec: &[u8]| {
             starts.push(bytes.len() as u32);
@@ -693,7 +695,8 @@ impl SortedStore {
         if delta != 0 {
             st.index.resize(&iv.key, delta)?;
         }
-        let new = Loaded::from_parts(bytes, starts);
+        let new = Loaded::from_parts(bytes.as_slice().to_vec(), starts);
+        st.rebuild = bytes;
         if !rewrite && !old.is_empty() {
             // The old first record, if it is still here but no longer first, still
             // carries the head tag.

@@ -187,8 +187,14 @@ impl Loaded {
     }
 
     /// Builds an interval from records already encoded back to back (by the committer,
-    /// which made them): `starts` are where each begins.
-    pub(crate) fn from_parts(bytes: Vec<u8>, starts: Vec<u32>) -> Loaded {
+    /// which made them): `starts` are where each begins. The bytes are kept in an
+    /// allocation of exactly their length (copied if `bytes` has room to spare): a
+    /// cached interval lives long, and room reserved for building it would be memory
+    /// the cache holds without using (about a third more at 1M pairs).
+    pub(crate) fn from_parts(mut bytes: Vec<u8>, starts: Vec<u32>) -> Loaded {
+        if bytes.capacity() > bytes.len() {
+            bytes = bytes.as_slice().to_vec();
+        }
         let mut fps = SmallVec::with_capacity(starts.len());
         let mut spans = SmallVec::with_capacity(starts.len());
         for &start in &starts {
@@ -242,7 +248,8 @@ impl Loaded {
     /// This interval followed by `next`.
     pub(crate) fn concat(&self, next: &Loaded) -> Loaded {
         let base = to_u32(self.bytes.len());
-        let mut bytes = self.bytes.clone();
+        let mut bytes = Vec::with_capacity(self.bytes.len() + next.bytes.len());
+        bytes.extend_from_slice(&self.bytes);
         bytes.extend_from_slice(&next.bytes);
         let mut fps = self.fps.clone();
         fps.extend_from_slice(&next.fps);
@@ -349,7 +356,7 @@ impl Loaded {
 
     /// Bytes of memory this interval takes, for the cache's budget.
     pub(crate) fn footprint(&self) -> usize {
-        overhead(self.spans.len()) + self.bytes.len()
+        overhead(self.spans.len()) + self.bytes.capacity()
     }
 }
 
@@ -430,6 +437,26 @@ mod tests {
         assert_eq!(a.concat(&b), iv);
         assert_eq!(Loaded::parse(b.bytes().to_vec()).unwrap(), b);
         assert_eq!(iv.slice(2..2).len(), 0);
+    }
+
+    #[test]
+    fn an_interval_holds_and_is_charged_exactly_its_bytes() {
+        let bytes = interval(&[b"a", b"b", b"c"]);
+        let starts: Vec<u32> = Loaded::parse(bytes.clone())
+            .unwrap()
+            .spans
+            .iter()
+            .map(|s| s.start)
+            .collect();
+        // Built with room to spare, as the committer builds an interval.
+        let mut roomy = Vec::with_capacity(4 * bytes.len());
+        roomy.extend_from_slice(&bytes);
+        let iv = Loaded::from_parts(roomy, starts);
+        assert_eq!(iv.bytes.capacity(), bytes.len());
+        assert_eq!(iv.footprint(), overhead(3) + bytes.len());
+        let joined = iv.slice(0..1).concat(&iv.slice(1..3));
+        assert_eq!(joined.bytes.capacity(), bytes.len());
+        assert_eq!(joined.footprint(), iv.footprint());
     }
 
     #[test]

@@ -110,6 +110,9 @@ pub(crate) struct State {
     pub(crate) index: SparseIndex,
     /// Tombstones kept because a snapshot may read past them: key → sequence.
     pub(crate) lingering: BTreeMap<Box<[u8]>, u64>,
+    /// The committer's buffer for the interval it is rebuilding, kept from interval to
+    /// interval: the interval it caches is a copy of exactly the bytes it holds.
+    pub(crate) rebuild: Vec<u8>,
 }
 
 /// One sorted keyspace. See the [module documentation](self).
@@ -242,6 +245,7 @@ impl SortedStore {
                 space,
                 index,
                 lingering: BTreeMap::new(),
+                rebuild: Vec::new(),
             }),
             cache: IntervalCache::new(opts.cache_bytes),
             rows: RecordCache::new((opts.cache_bytes as f64 * opts.record_share) as usize),
