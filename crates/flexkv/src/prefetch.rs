@@ -14,18 +14,24 @@
 /// Asks for every cache line of `items` into the second-level cache (nothing elsewhere
 /// than x86-64).
 pub(crate) fn prefetch<T>(items: &[T]) {
+    prefetch_bytes(items.as_ptr().cast(), std::mem::size_of_val(items));
+}
+
+/// Asks for every cache line of the `len` bytes at `start`, which need not be memory
+/// the caller may read (a hint never faults): a scan asks for the struct of the
+/// interval it will likely step to next before it knows whether it still may.
+pub(crate) fn prefetch_bytes(start: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        let start = items.as_ptr().cast::<i8>();
-        for at in (0..std::mem::size_of_val(items)).step_by(64) {
+        let start = start.cast::<i8>();
+        for at in (0..len).step_by(64) {
             // SAFETY: a prefetch is a hint: it reads nothing the program can observe,
-            // changes no memory, and never faults, whatever the address (this one is
-            // inside a live slice anyway); SSE, which it needs, is part of every x86-64
-            // processor.
+            // changes no memory, and never faults, whatever the address; SSE, which it
+            // needs, is part of every x86-64 processor.
             unsafe { _mm_prefetch::<_MM_HINT_T1>(start.wrapping_add(at)) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = items;
+    let _ = (start, len);
 }

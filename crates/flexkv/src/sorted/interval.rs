@@ -44,19 +44,26 @@ struct Span {
 /// fingerprints and the spans (8 bytes each) sit in this struct, side by side, so a hit
 /// costs the struct's lines and one cache miss beyond it (the record), not one per
 /// array.
+///
+/// The fields are laid out in this order (`repr(C)`) so that what a cached hit touches
+/// before anything else lies next to the `Arc`'s counts, which taking the interval
+/// writes: the link a scan follows to the next interval and the CLOCK bit a read sets.
+/// Left to the compiler they went to the struct's far end, two more cache misses per
+/// interval a scan passes.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[repr(C)]
 pub(crate) struct Loaded {
-    bytes: Vec<u8>,
-    fps: SmallVec<[u16; INLINE_RECORDS]>,
-    spans: SmallVec<[Span; INLINE_RECORDS]>,
-    /// Spread over more extents than half its records (FlexDB §5.2): rewrite it whole
-    /// on its next update.
-    pub(crate) fragmented: bool,
+    /// The interval after this one, as a forward scan last found it cached.
+    pub(crate) next: Next,
     /// The cache's CLOCK bit, here rather than in the cache's entry so that a cached
     /// read touches one structure fewer.
     pub(crate) referenced: Referenced,
-    /// The interval after this one, as a forward scan last found it cached.
-    pub(crate) next: Next,
+    /// Spread over more extents than half its records (FlexDB §5.2): rewrite it whole
+    /// on its next update.
+    pub(crate) fragmented: bool,
+    bytes: Vec<u8>,
+    fps: SmallVec<[u16; INLINE_RECORDS]>,
+    spans: SmallVec<[Span; INLINE_RECORDS]>,
 }
 
 /// A CLOCK reference bit: set by a read, cleared by the cache's hand. Not part of an
@@ -135,6 +142,21 @@ impl Next {
         match &*self.0.lock() {
             Some((e, next)) if *e == epoch => next.upgrade(),
             _ => None,
+        }
+    }
+
+    /// Asks the processor for the struct of the interval the link made at `epoch` leads
+    /// to (and the `Arc`'s counts before it), without taking it: a forward scan calls
+    /// this as it takes an interval, so the next one's misses overlap the work on this
+    /// one instead of following it.
+    pub(crate) fn prefetch(&self, epoch: u64) {
+        if let Some((e, next)) = &*self.0.lock() {
+            if *e == epoch {
+                // The `Arc`'s two counts precede the struct in its block.
+                let counts = 2 * std::mem::size_of::<usize>();
+                let start = next.as_ptr().cast::<u8>().wrapping_sub(counts);
+                crate::prefetch::prefetch_bytes(start, counts + std::mem::size_of::<Loaded>());
+            }
         }
     }
 
@@ -437,6 +459,15 @@ mod tests {
         assert_eq!(a.concat(&b), iv);
         assert_eq!(Loaded::parse(b.bytes().to_vec()).unwrap(), b);
         assert_eq!(iv.slice(2..2).len(), 0);
+    }
+
+    #[test]
+    fn what_a_cached_hit_touches_first_shares_the_arc_counts_line() {
+        use std::mem::{offset_of, size_of};
+        // An `Arc`'s block: its two counts, then the struct.
+        let at = |offset: usize| 2 * size_of::<usize>() + offset;
+        assert!(at(offset_of!(Loaded, next)) + size_of::<Next>() <= 64);
+        assert!(at(offset_of!(Loaded, referenced)) + size_of::<Referenced>() <= 64);
     }
 
     #[test]

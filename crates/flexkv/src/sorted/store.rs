@@ -536,6 +536,9 @@ impl SortedStore {
                 Some(l) => {
                     hits += 1;
                     linkable = forward;
+                    if forward {
+                        l.next.prefetch(epoch);
+                    }
                     l
                 }
                 None if found < min => match self.load_admitted(st, &st.index.find(key)) {
