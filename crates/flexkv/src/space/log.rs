@@ -265,26 +265,27 @@ impl LogWriter {
             return Ok(());
         }
         let blocks = self.pending.chunks(ENTRIES_PER_BLOCK).len();
-        let mut buf = vec![0u8; blocks.min(WRITE_BLOCKS) * BLOCK];
-        let per_write = WRITE_BLOCKS * ENTRIES_PER_BLOCK;
-        for (w, entries) in self.pending.chunks(per_write).enumerate() {
-            let first = w * WRITE_BLOCKS;
-            let n = entries.chunks(ENTRIES_PER_BLOCK).len();
-            let out = &mut buf[..n * BLOCK];
-            out.fill(0);
-            for (i, chunk) in entries.chunks(ENTRIES_PER_BLOCK).enumerate() {
-                let block = &mut out[i * BLOCK..(i + 1) * BLOCK];
-                let more = if first + i + 1 < blocks { CONTINUED } else { 0 };
-                block[4..8].copy_from_slice(&(chunk.len() as u32 | more).to_le_bytes());
-                put(block, 8, self.next_block + (first + i) as u64);
-                for (j, op) in chunk.iter().enumerate() {
-                    let at = BLOCK_HEAD + j * ENTRY_SIZE;
-                    op.encode(&mut block[at..at + ENTRY_SIZE]);
-                }
-                let crc = crc32c::crc32c(&block[4..]);
-                block[..4].copy_from_slice(&crc.to_le_bytes());
+        let mut buf = Vec::with_capacity(blocks.min(WRITE_BLOCKS) * BLOCK);
+        // The block number of `buf`'s first block.
+        let mut first = self.next_block;
+        for (i, chunk) in self.pending.chunks(ENTRIES_PER_BLOCK).enumerate() {
+            let at = buf.len();
+            buf.resize(at + BLOCK, 0);
+            let block = &mut buf[at..];
+            let more = if i + 1 < blocks { CONTINUED } else { 0 };
+            block[4..8].copy_from_slice(&(chunk.len() as u32 | more).to_le_bytes());
+            put(block, 8, self.next_block + i as u64);
+            for (j, op) in chunk.iter().enumerate() {
+                let at = BLOCK_HEAD + j * ENTRY_SIZE;
+                op.encode(&mut block[at..at + ENTRY_SIZE]);
             }
-            file.write_at(out, (self.next_block + first as u64) * BLOCK as u64)?;
+            let crc = crc32c::crc32c(&block[4..]);
+            block[..4].copy_from_slice(&crc.to_le_bytes());
+            if buf.len() == WRITE_BLOCKS * BLOCK || i + 1 == blocks {
+                file.write_at(&buf, first * BLOCK as u64)?;
+                first += (buf.len() / BLOCK) as u64;
+                buf.clear();
+            }
         }
         file.sync()?;
         self.bytes_written += (blocks * BLOCK) as u64;
