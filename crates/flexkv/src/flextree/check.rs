@@ -99,7 +99,7 @@ impl FlexTree {
         match &self.nodes[id as usize] {
             Node::Leaf(leaf) => {
                 let mut at = lo;
-                for (i, e) in leaf.entries.iter().enumerate() {
+                for (i, e) in leaf.entries().enumerate() {
                     let start = lo.checked_add(e.poff);
                     if start != Some(at) {
                         return Err(format!(
@@ -118,7 +118,10 @@ impl FlexTree {
                     return Err(format!("leaf {id} ends at {at}, its parent says {hi}"));
                 }
                 walk.leaves.push(id);
-                walk.extents += leaf.entries.len() as u64;
+                if leaf.span() != at - lo {
+                    return Err(format!("leaf {id} says it is {} bytes long", leaf.span()));
+                }
+                walk.extents += leaf.len() as u64;
                 Ok(1)
             }
             Node::Internal(node) => {

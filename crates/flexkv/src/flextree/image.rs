@@ -58,8 +58,7 @@ impl FlexTree {
     pub(crate) fn image(&self, id: NodeId, child_ref: impl Fn(NodeId) -> u64) -> NodeImage {
         match &self.nodes[id as usize] {
             Node::Leaf(l) => NodeImage::Leaf(
-                l.entries
-                    .iter()
+                l.entries()
                     .map(|e| (e.poff, e.len, e.addr(), e.tag()))
                     .collect(),
             ),
@@ -115,7 +114,7 @@ impl FlexTree {
                             }
                         })
                         .collect::<Result<Vec<_>, E>>()?;
-                    Node::Leaf(Leaf { entries })
+                    Node::Leaf(Leaf::from_entries(&entries).map_err(&malformed)?)
                 }
                 NodeImage::Internal { pivots, children } => {
                     if children.is_empty() || pivots.len() + 1 != children.len() {

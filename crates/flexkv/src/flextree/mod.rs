@@ -356,7 +356,7 @@ impl FlexTree {
         self.split_at(off);
         let update::LeafPos { leaf, frame } = self.descend(off, false);
         let pos = self.entries_at_or_before(leaf, off - frame) - 1;
-        self.leaf_mut(leaf).entries[pos].set_tag(tag);
+        self.leaf_mut(leaf).set_tag(pos, tag);
         Ok(())
     }
 

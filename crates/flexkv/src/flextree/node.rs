@@ -19,13 +19,13 @@ pub type NodeId = u32;
 /// No node (the end of the leaf chain).
 pub(crate) const NIL: NodeId = NodeId::MAX;
 
-/// How many low bits of [`LeafEntry::addr_tag`] hold the physical address.
+/// How many low bits of a leaf's address-and-tag word hold the physical address.
 const ADDR_BITS: u32 = 56;
 const ADDR_MASK: u64 = (1 << ADDR_BITS) - 1;
 
-/// One extent in a leaf: `len` bytes starting at partial offset `poff`, stored at physical
-/// address `addr` (or a hole), with an 8-bit tag. Address and tag share one word so that an
-/// entry is 24 bytes.
+/// One extent of a leaf, as a value: `len` bytes starting at partial offset `poff`,
+/// stored at physical address `addr` (or a hole), with an 8-bit tag. A [`Leaf`] does not
+/// store it as such (see there); its accessors hand entries out and take them in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LeafEntry {
     pub poff: u64,
@@ -33,13 +33,18 @@ pub(crate) struct LeafEntry {
     addr_tag: u64,
 }
 
+/// An address and a tag in one word, as a leaf stores them.
+fn addr_tag(addr: u64, tag: u8) -> u64 {
+    debug_assert!(addr <= ADDR_MASK);
+    addr | (u64::from(tag) << ADDR_BITS)
+}
+
 impl LeafEntry {
     pub fn new(poff: u64, len: u64, addr: u64, tag: u8) -> Self {
-        debug_assert!(addr <= ADDR_MASK);
         LeafEntry {
             poff,
             len,
-            addr_tag: addr | (u64::from(tag) << ADDR_BITS),
+            addr_tag: addr_tag(addr, tag),
         }
     }
 
@@ -52,45 +57,209 @@ impl LeafEntry {
         (self.addr_tag >> ADDR_BITS) as u8
     }
 
-    pub fn set_addr(&mut self, addr: u64) {
-        debug_assert!(addr <= ADDR_MASK);
-        self.addr_tag = (self.addr_tag & !ADDR_MASK) | addr;
-    }
-
-    pub fn set_tag(&mut self, tag: u8) {
-        self.addr_tag = self.addr() | (u64::from(tag) << ADDR_BITS);
-    }
-
     pub fn is_hole(&self) -> bool {
         self.addr() == super::HOLE
     }
 }
 
+/// A leaf's extents, in two arrays: the partial offsets, which a search reads, apart
+/// from the addresses and tags, which only the entry found needs. No length is stored:
+/// an entry ends where the next one starts, and the last where the leaf does (`span`).
+/// Two arrays of 8-byte words take 16 bytes an extent where entries of offset, length
+/// and address took 24 (most of a large space's tree memory), and the offsets a search
+/// touches lie in a third of the lines (see [`Leaf::position`]).
+///
+/// Invariants (checked by [`FlexTree::check`]): both arrays have the same length; the
+/// offsets rise strictly from 0 and stay below `span` (no entry is empty); an empty
+/// leaf (only the root of an empty tree) has span 0.
 #[derive(Debug, Default)]
 pub(crate) struct Leaf {
-    pub entries: Vec<LeafEntry>,
+    poffs: Vec<u64>,
+    addr_tags: Vec<u64>,
+    /// The leaf's length: where its last entry ends, relative to its start.
+    span: u64,
 }
 
-/// Entries a leaf's vector grows by when full, and most it keeps spare after it
-/// shrinks. A vector left to itself doubles: leaves fill to between a quarter and all
+/// Bytes a leaf stores per entry: an offset and an address-and-tag word.
+pub(crate) const ENTRY_BYTES: usize = 2 * std::mem::size_of::<u64>();
+
+/// Entries a leaf's arrays grow by when full, and most they keep spare after they
+/// shrink. A vector left to itself doubles: leaves fill to between a quarter and all
 /// of their capacity, and doubling left them with about 1.8 times the room their
 /// entries take, most of a large tree's memory.
 const LEAF_GROWTH: usize = 8;
 
 impl Leaf {
-    /// Inserts `e` at `i`, growing the vector by [`LEAF_GROWTH`] entries if it is full.
-    pub fn insert(&mut self, i: usize, e: LeafEntry) {
-        if self.entries.len() == self.entries.capacity() {
-            self.entries.reserve_exact(LEAF_GROWTH);
+    /// A leaf of `entries`, which must lie end to end from 0 (an image's, a test's);
+    /// `Err` says where they do not.
+    pub fn from_entries(entries: &[LeafEntry]) -> Result<Leaf, String> {
+        let mut leaf = Leaf {
+            poffs: Vec::with_capacity(entries.len()),
+            addr_tags: Vec::with_capacity(entries.len()),
+            span: 0,
+        };
+        for (i, e) in entries.iter().enumerate() {
+            if e.poff != leaf.span {
+                return Err(format!(
+                    "leaf entry {i} starts at {}, the one before ends at {}",
+                    e.poff, leaf.span
+                ));
+            }
+            if e.len == 0 {
+                return Err(format!("leaf entry {i} is empty"));
+            }
+            leaf.span = leaf
+                .span
+                .checked_add(e.len)
+                .ok_or_else(|| format!("leaf entry {i} ends past 2^64"))?;
+            leaf.poffs.push(e.poff);
+            leaf.addr_tags.push(e.addr_tag);
         }
-        self.entries.insert(i, e);
+        Ok(leaf)
+    }
+
+    /// Entries in the leaf.
+    pub fn len(&self) -> usize {
+        self.poffs.len()
+    }
+
+    /// The leaf's length in bytes.
+    pub fn span(&self) -> u64 {
+        self.span
+    }
+
+    /// The partial offsets, in order.
+    pub fn poffs(&self) -> &[u64] {
+        &self.poffs
+    }
+
+    /// Where entry `i` ends (the next one's start, or the leaf's end).
+    pub fn end_of(&self, i: usize) -> u64 {
+        self.poffs.get(i + 1).copied().unwrap_or(self.span)
+    }
+
+    /// Entry `i`.
+    pub fn entry(&self, i: usize) -> LeafEntry {
+        let poff = self.poffs[i];
+        LeafEntry {
+            poff,
+            len: self.end_of(i) - poff,
+            addr_tag: self.addr_tags[i],
+        }
+    }
+
+    /// Every entry, in order.
+    pub fn entries(&self) -> impl Iterator<Item = LeafEntry> + '_ {
+        (0..self.len()).map(|i| self.entry(i))
+    }
+
+    /// The number of entries that start at or before the leaf-relative `rel`. The
+    /// search asks for every line of the offsets first, so that the lines its probes
+    /// land on come in together rather than one miss after another.
+    pub fn position(&self, rel: u64) -> usize {
+        crate::prefetch::prefetch(&self.poffs);
+        self.poffs.partition_point(|&p| p <= rel)
+    }
+
+    /// Makes room for one more entry, growing by [`LEAF_GROWTH`] if full.
+    fn reserve_one(&mut self) {
+        if self.poffs.len() == self.poffs.capacity() {
+            self.poffs.reserve_exact(LEAF_GROWTH);
+        }
+        if self.addr_tags.len() == self.addr_tags.capacity() {
+            self.addr_tags.reserve_exact(LEAF_GROWTH);
+        }
+    }
+
+    /// Inserts an entry starting at `poff` (an existing entry's start, which it takes
+    /// over, or its middle, which cuts it, or the leaf's end) at index `i`, mapped to
+    /// `addr` with `tag`. Nothing moves: the entry before it ends where it now starts,
+    /// and it ends where the entry at `i` starts (or the leaf ends), so the caller
+    /// [`shift_from`](Leaf::shift_from)s the entries after it by whatever it adds.
+    pub fn insert(&mut self, i: usize, poff: u64, addr: u64, tag: u8) {
+        self.reserve_one();
+        self.poffs.insert(i, poff);
+        self.addr_tags.insert(i, addr_tag(addr, tag));
+    }
+
+    /// Adds `delta` (wrapping, so a negative shift is `delta.wrapping_neg()`) to the
+    /// offsets of the entries from `from` on and to the leaf's length: the entry before
+    /// `from` grows or shrinks by `delta`.
+    pub fn shift_from(&mut self, from: usize, delta: u64) {
+        if let Some(later) = self.poffs.get_mut(from..) {
+            later.iter_mut().for_each(|p| *p = p.wrapping_add(delta));
+        }
+        self.span = self.span.wrapping_add(delta);
+    }
+
+    /// Replaces entry `i` by `parts` (offset, address, tag), which must cover its range
+    /// from its start without gaps (the last ending where it did).
+    pub fn replace(&mut self, i: usize, parts: &[(u64, u64, u8)]) {
+        self.poffs.splice(i..=i, parts.iter().map(|p| p.0));
+        self.addr_tags
+            .splice(i..=i, parts.iter().map(|&(_, a, t)| addr_tag(a, t)));
+    }
+
+    /// Removes entries `from..to` and moves the later ones back by the bytes they
+    /// held; returns those bytes.
+    pub fn remove(&mut self, from: usize, to: usize) -> u64 {
+        let removed = self.end_of(to - 1) - self.poffs[from];
+        self.poffs.drain(from..to);
+        self.addr_tags.drain(from..to);
+        self.shift_from(from, removed.wrapping_neg());
+        self.trim();
+        removed
+    }
+
+    pub fn set_addr(&mut self, i: usize, addr: u64) {
+        let tag = self.entry(i).tag();
+        self.addr_tags[i] = addr_tag(addr, tag);
+    }
+
+    pub fn set_tag(&mut self, i: usize, tag: u8) {
+        let addr = self.entry(i).addr();
+        self.addr_tags[i] = addr_tag(addr, tag);
+    }
+
+    /// Moves the entries from `at` on into a new leaf of their own, rebased to start at
+    /// 0; returns it and the offset it starts at in this one (this leaf's new length).
+    pub fn split_off(&mut self, at: usize) -> (Leaf, u64) {
+        let mut poffs = self.poffs.split_off(at);
+        let addr_tags = self.addr_tags.split_off(at);
+        let separator = poffs[0];
+        poffs.iter_mut().for_each(|p| *p -= separator);
+        let upper = Leaf {
+            poffs,
+            addr_tags,
+            span: self.span - separator,
+        };
+        self.span = separator;
+        self.trim();
+        (upper, separator)
+    }
+
+    /// Appends the entries of `right`, which starts where this leaf ends.
+    pub fn append(&mut self, right: Leaf) {
+        let fold = self.span;
+        self.poffs.reserve_exact(right.len());
+        self.addr_tags.reserve_exact(right.len());
+        self.poffs.extend(right.poffs.iter().map(|p| p + fold));
+        self.addr_tags.extend(right.addr_tags);
+        self.span = fold + right.span;
     }
 
     /// Gives back room beyond [`LEAF_GROWTH`] spare entries, once there is twice that.
-    pub fn trim(&mut self) {
-        if self.entries.capacity() - self.entries.len() > 2 * LEAF_GROWTH {
-            self.entries.shrink_to(self.entries.len() + LEAF_GROWTH);
+    fn trim(&mut self) {
+        for v in [&mut self.poffs, &mut self.addr_tags] {
+            if v.capacity() - v.len() > 2 * LEAF_GROWTH {
+                v.shrink_to(v.len() + LEAF_GROWTH);
+            }
         }
+    }
+
+    /// Bytes the leaf's arrays hold room for.
+    pub fn memory_bytes(&self) -> usize {
+        (self.poffs.capacity() + self.addr_tags.capacity()) * ENTRY_BYTES / 2
     }
 }
 
@@ -130,7 +299,7 @@ impl FlexTree {
             .nodes
             .iter()
             .map(|n| match n {
-                Node::Leaf(l) => l.entries.capacity() * size_of::<LeafEntry>(),
+                Node::Leaf(l) => l.memory_bytes(),
                 Node::Internal(i) => {
                     i.pivots.capacity() * size_of::<u64>()
                         + i.children.capacity() * size_of::<NodeId>()
@@ -217,7 +386,7 @@ impl FlexTree {
     /// Entries of a leaf or children of an internal node.
     pub(crate) fn fill(&self, id: NodeId) -> usize {
         match &self.nodes[id as usize] {
-            Node::Leaf(l) => l.entries.len(),
+            Node::Leaf(l) => l.len(),
             Node::Internal(n) => n.children.len(),
             Node::Free => 0,
         }
@@ -228,7 +397,7 @@ impl FlexTree {
     /// child, so a node is split on the way down before it could overflow.
     pub(crate) fn is_full(&self, id: NodeId) -> bool {
         let (fill, capacity) = match &self.nodes[id as usize] {
-            Node::Leaf(l) => (l.entries.len(), self.opts.leaf_capacity),
+            Node::Leaf(l) => (l.len(), self.opts.leaf_capacity),
             Node::Internal(n) => (n.children.len(), self.opts.internal_capacity),
             Node::Free => panic!("capacity of a free node {id}"),
         };

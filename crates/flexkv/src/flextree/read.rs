@@ -4,7 +4,7 @@
 //! needs no shift values: the leaf level is contiguous (holes are explicit entries), so
 //! each extent starts where the previous one ended (FlexTree §3.2, "Querying Mappings").
 
-use super::node::{LeafEntry, Node, NodeId, NIL};
+use super::node::{Leaf, Node, NodeId, NIL};
 use super::{Extent, FlexTree, Run};
 
 /// An iterator over the extents of a [`FlexTree`] in address-space order, from
@@ -12,11 +12,13 @@ use super::{Extent, FlexTree, Run};
 #[derive(Clone, Debug)]
 pub struct Extents<'a> {
     tree: &'a FlexTree,
-    /// The current leaf's entries from the next one to yield on.
-    entries: &'a [LeafEntry],
-    /// The current leaf: its successor is looked up only when the iterator gets there, so
-    /// a point lookup never touches the leaf chain.
+    /// The current leaf's node: its successor is looked up only when the iterator gets
+    /// there, so a point lookup never touches the leaf chain.
     leaf: NodeId,
+    /// The current leaf (`None` past the end).
+    current: Option<&'a Leaf>,
+    /// The index in it of the next entry to yield.
+    next: usize,
     offset: u64,
 }
 
@@ -31,9 +33,11 @@ impl Extents<'_> {
         }
         self.leaf = self.tree.next_leaf[self.leaf as usize];
         if self.leaf == NIL {
+            self.current = None;
             return None;
         }
-        self.entries = &self.tree.leaf(self.leaf).entries;
+        self.current = Some(self.tree.leaf(self.leaf));
+        self.next = 0;
         Some(())
     }
 }
@@ -44,8 +48,10 @@ impl Iterator for Extents<'_> {
     #[inline]
     fn next(&mut self) -> Option<Extent> {
         loop {
-            if let Some((e, rest)) = self.entries.split_first() {
-                self.entries = rest;
+            let leaf = self.current?;
+            if self.next < leaf.len() {
+                let e = leaf.entry(self.next);
+                self.next += 1;
                 let offset = self.offset;
                 self.offset += e.len;
                 return Some(Extent {
@@ -69,13 +75,16 @@ impl FlexTree {
         loop {
             match &self.nodes[id as usize] {
                 Node::Internal(node) => {
+                    // As a leaf's search (`Leaf::position`), with the lines asked for
+                    // first.
+                    crate::prefetch::prefetch(&node.pivots);
                     let idx = node.pivots.partition_point(|&p| p <= off - frame);
                     frame += node.shift(idx);
                     id = node.children[idx];
                 }
                 Node::Leaf(leaf) => {
-                    let pos = leaf.entries.partition_point(|e| e.poff <= off - frame) - 1;
-                    return (id, pos, frame + leaf.entries[pos].poff);
+                    let pos = leaf.position(off - frame) - 1;
+                    return (id, pos, frame + leaf.poffs()[pos]);
                 }
                 Node::Free => panic!("descent reached a free node {id}"),
             }
@@ -93,16 +102,18 @@ impl FlexTree {
         if off >= self.size {
             return Extents {
                 tree: self,
-                entries: &[],
                 leaf: NIL,
+                current: None,
+                next: 0,
                 offset: self.size,
             };
         }
         let (leaf, pos, offset) = self.locate(off);
         Extents {
             tree: self,
-            entries: &self.leaf(leaf).entries[pos..],
             leaf,
+            current: Some(self.leaf(leaf)),
+            next: pos,
             offset,
         }
     }

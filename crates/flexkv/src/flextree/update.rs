@@ -14,7 +14,7 @@
 //! - A merge folds the right node's shift relative to the left node into the right node's
 //!   partial offsets, so effective offsets are unchanged.
 
-use super::node::{Internal, Leaf, LeafEntry, Node, NodeId, NIL};
+use super::node::{Internal, Node, NodeId, NIL};
 use super::FlexTree;
 
 /// One step of a root-to-leaf path: the internal node and the index of the child taken.
@@ -41,7 +41,7 @@ impl FlexTree {
 
     /// The number of entries of `leaf` that start at or before the leaf-relative `rel`.
     pub(crate) fn entries_at_or_before(&self, leaf: NodeId, rel: u64) -> usize {
-        self.leaf(leaf).entries.partition_point(|e| e.poff <= rel)
+        self.leaf(leaf).position(rel)
     }
 
     /// Descends to the leaf that holds `off` (the last leaf for `off == len()`), recording
@@ -79,11 +79,8 @@ impl FlexTree {
         let old_shift = self.internal(parent).shift(idx);
         let (new_node, separator) = match &mut self.nodes[old as usize] {
             Node::Leaf(leaf) => {
-                let mut upper = leaf.entries.split_off(leaf.entries.len() / 2);
-                leaf.trim();
-                let separator = upper[0].poff;
-                upper.iter_mut().for_each(|e| e.poff -= separator);
-                (Node::Leaf(Leaf { entries: upper }), separator)
+                let (upper, separator) = leaf.split_off(leaf.len() / 2);
+                (Node::Leaf(upper), separator)
             }
             Node::Internal(node) => {
                 let mid = node.children.len() / 2;
@@ -121,17 +118,6 @@ impl FlexTree {
         }
     }
 
-    /// Adds `delta` (wrapping, as above) to the partial offsets of the entries of `leaf`
-    /// from `from` on.
-    pub(crate) fn shift_leaf_from(&mut self, leaf: NodeId, from: usize, delta: u64) {
-        if from >= self.leaf(leaf).entries.len() {
-            return;
-        }
-        for e in &mut self.leaf_mut(leaf).entries[from..] {
-            e.poff = e.poff.wrapping_add(delta);
-        }
-    }
-
     /// Makes `off` an extent boundary (splitting the extent that holds it), so a collapse,
     /// tag or remap can work on whole entries. A no-op at 0 and at the end.
     pub(crate) fn split_at(&mut self, off: u64) {
@@ -147,9 +133,10 @@ impl FlexTree {
     /// the number of entries if `rel` is the leaf's end.
     fn boundary_in_leaf(&mut self, leaf: NodeId, rel: u64) -> usize {
         let i = self.entries_at_or_before(leaf, rel);
-        let Some(&e) = self.leaf(leaf).entries.get(i.wrapping_sub(1)) else {
+        if i == 0 {
             return 0; // an empty (root) leaf
-        };
+        }
+        let e = self.leaf(leaf).entry(i - 1);
         if e.poff == rel {
             return i - 1;
         }
@@ -157,19 +144,13 @@ impl FlexTree {
             return i; // the end of the leaf
         }
         let head = rel - e.poff;
-        let tail = LeafEntry::new(
-            rel,
-            e.len - head,
-            if e.is_hole() {
-                e.addr()
-            } else {
-                e.addr() + head
-            },
-            0,
-        );
-        let node = self.leaf_mut(leaf);
-        node.entries[i - 1].len = head;
-        node.insert(i, tail);
+        let tail_addr = if e.is_hole() {
+            e.addr()
+        } else {
+            e.addr() + head
+        };
+        // The tail starts at `rel`, which ends the head there.
+        self.leaf_mut(leaf).insert(i, rel, tail_addr, 0);
         self.extents += 1;
         i
     }
@@ -182,7 +163,7 @@ impl FlexTree {
     pub(crate) fn insert_entry(&mut self, off: u64, len: u64, addr: u64, merge_up_to: Option<u64>) {
         let LeafPos { leaf, frame } = self.descend(off, true);
         let pos = self.boundary_in_leaf(leaf, off - frame);
-        let prev = pos.checked_sub(1).map(|p| self.leaf(leaf).entries[p]);
+        let prev = pos.checked_sub(1).map(|p| self.leaf(leaf).entry(p));
         let merges = match (prev, merge_up_to) {
             (Some(p), Some(max)) => {
                 !p.is_hole()
@@ -194,12 +175,12 @@ impl FlexTree {
             _ => false,
         };
         if merges {
-            self.leaf_mut(leaf).entries[pos - 1].len += len;
-            self.shift_leaf_from(leaf, pos, len);
+            // The entry before grows by the bytes the ones after it move up.
+            self.leaf_mut(leaf).shift_from(pos, len);
         } else {
-            let entry = LeafEntry::new(off - frame, len, addr, 0);
-            self.leaf_mut(leaf).insert(pos, entry);
-            self.shift_leaf_from(leaf, pos + 1, len);
+            let node = self.leaf_mut(leaf);
+            node.insert(pos, off - frame, addr, 0);
+            node.shift_from(pos + 1, len);
             self.extents += 1;
         }
         self.shift_after_path(len);
@@ -216,9 +197,10 @@ impl FlexTree {
         let LeafPos { leaf, frame } = self.descend(off, true);
         let rel = off - frame;
         let i = self.entries_at_or_before(leaf, rel);
-        let Some(&e) = self.leaf(leaf).entries.get(i.wrapping_sub(1)) else {
+        if i == 0 {
             return false;
-        };
+        }
+        let e = self.leaf(leaf).entry(i - 1);
         if rel + len > e.poff + e.len {
             return false;
         }
@@ -228,17 +210,17 @@ impl FlexTree {
         } else {
             e.addr() + head + len
         };
-        let parts = [
-            (head > 0).then(|| LeafEntry::new(e.poff, head, e.addr(), e.tag())),
-            Some(LeafEntry::new(rel, len, addr, 0)),
-            (tail > 0).then(|| LeafEntry::new(rel + len, tail, tail_addr, 0)),
-        ];
-        let added = parts.iter().flatten().count() as u64 - 1;
+        let parts: Vec<_> = [
+            (head > 0).then_some((e.poff, e.addr(), e.tag())),
+            Some((rel, addr, 0)),
+            (tail > 0).then_some((rel + len, tail_addr, 0)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         // The descent's early splits left the leaf room for two more entries.
-        self.leaf_mut(leaf)
-            .entries
-            .splice(i - 1..i, parts.into_iter().flatten());
-        self.extents += added;
+        self.leaf_mut(leaf).replace(i - 1, &parts);
+        self.extents += parts.len() as u64 - 1;
         true
     }
 
@@ -248,21 +230,18 @@ impl FlexTree {
     pub(crate) fn remove_entries_at(&mut self, off: u64, max: u64) -> u64 {
         let LeafPos { leaf, frame } = self.descend(off, false);
         let pos = self.entries_at_or_before(leaf, off - frame) - 1;
-        let entries = &self.leaf(leaf).entries;
-        debug_assert_eq!(entries[pos].poff, off - frame, "not a boundary");
-        let (mut end, mut removed) = (pos, 0u64);
-        while end < entries.len() && removed + entries[end].len <= max {
-            removed += entries[end].len;
+        let node = self.leaf(leaf);
+        let start = node.poffs()[pos];
+        debug_assert_eq!(start, off - frame, "not a boundary");
+        let mut end = pos;
+        while end < node.len() && node.end_of(end) - start <= max {
             end += 1;
         }
         assert!(
             end > pos,
             "collapse range does not end on an extent boundary"
         );
-        let node = self.leaf_mut(leaf);
-        node.entries.drain(pos..end);
-        node.trim();
-        self.shift_leaf_from(leaf, pos, removed.wrapping_neg());
+        let removed = self.leaf_mut(leaf).remove(pos, end);
         self.shift_after_path(removed.wrapping_neg());
         self.size -= removed;
         self.extents -= (end - pos) as u64;
@@ -304,12 +283,13 @@ impl FlexTree {
         let fold = p.shift(left + 1) - p.shift(left);
         match self.take(r) {
             Node::Leaf(right) => {
-                let entries = &mut self.leaf_mut(l).entries;
-                entries.reserve_exact(right.entries.len());
-                entries.extend(right.entries.into_iter().map(|mut e| {
-                    e.poff += fold;
-                    e
-                }));
+                let left = self.leaf_mut(l);
+                debug_assert_eq!(
+                    left.span(),
+                    fold,
+                    "the right leaf starts where the left ends"
+                );
+                left.append(right);
                 self.next_leaf[l as usize] = self.next_leaf[r as usize];
             }
             Node::Internal(right) => {
@@ -333,14 +313,14 @@ impl FlexTree {
         let mut pos = self.entries_at_or_before(leaf, off - frame) - 1;
         let mut done = 0;
         while done < len {
-            if pos == self.leaf(leaf).entries.len() {
+            if pos == self.leaf(leaf).len() {
                 leaf = self.next_leaf[leaf as usize];
                 debug_assert_ne!(leaf, NIL);
                 pos = 0;
             }
-            let e = &mut self.leaf_mut(leaf).entries[pos];
-            e.set_addr(new_addr + done);
-            done += e.len;
+            let node = self.leaf_mut(leaf);
+            node.set_addr(pos, new_addr + done);
+            done += node.entry(pos).len;
             pos += 1;
         }
         debug_assert_eq!(done, len);
