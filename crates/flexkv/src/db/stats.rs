@@ -98,7 +98,7 @@ pub struct Stats {
     /// Extents the keyspaces' FlexSpaces map (an interval read takes one read per extent).
     pub space_extents: u64,
     /// Bytes of memory the keyspaces' FlexTrees take (the extent maps, held whole in
-    /// memory: about 24 bytes an extent, and the room their nodes keep free).
+    /// memory: 16 bytes an extent, and the room their nodes keep free).
     pub space_tree_memory_bytes: u64,
     /// The longest time the committer held a keyspace's write lock, and the 99th
     /// percentile (to a power of two), in microseconds.
