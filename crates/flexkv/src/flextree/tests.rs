@@ -632,17 +632,29 @@ fn images_round_trip_through_a_post_order_write() {
         .find(|(_, i)| matches!(i, NodeImage::Leaf(_)))
         .map(|(p, _)| *p)
         .unwrap();
-    if let Some(NodeImage::Leaf(entries)) = pages.get_mut(&leaf_page) {
+    let load = |pages: &HashMap<u64, NodeImage>| {
+        FlexTree::from_images(
+            opts,
+            page_of[&t.root],
+            |p| Ok(pages[&p].clone()),
+            |_, _| {},
+            |w| w,
+        )
+    };
+    let mut bad_offset = pages.clone();
+    if let Some(NodeImage::Leaf(entries)) = bad_offset.get_mut(&leaf_page) {
         entries[0].0 += 1;
     }
-    let bad = FlexTree::from_images(
-        opts,
-        page_of[&t.root],
-        |p| Ok(pages[&p].clone()),
-        |_, _| {},
-        |w| w,
-    );
-    assert!(bad.is_err());
+    assert!(load(&bad_offset).is_err());
+    // A leaf keeps no lengths, so a length that disagrees with the next entry's offset
+    // must be caught while loading, not dropped.
+    let mut bad_length = pages.clone();
+    if let Some(NodeImage::Leaf(entries)) = bad_length.get_mut(&leaf_page) {
+        assert!(entries.len() >= 2, "a leaf of several entries");
+        entries[0].1 += 1;
+    }
+    let err = load(&bad_length).unwrap_err();
+    assert!(err.contains("starts at"), "{err}");
 }
 
 #[test]
