@@ -182,11 +182,14 @@ enum Op {
         at: u64,
         tag: u8,
     },
+    /// With `whole`, the range is the extent holding `at`, as garbage collection
+    /// moves them (the one-descent path).
     Remap {
         at: u64,
         len: u64,
         new: u64,
         stale: bool,
+        whole: bool,
     },
     Query {
         at: u64,
@@ -261,10 +264,17 @@ fn apply(t: &mut FlexTree, m: &mut Model, op: &Op) {
             len,
             new,
             stale,
+            whole,
         } if size > 0 => {
             let off = within(at, size - 1);
-            let len = 1 + within(len, size - off - 1);
-            let new = new % (HOLE - len);
+            let (off, len) = if whole {
+                let e = t.lookup(off).expect("a byte inside the space");
+                (e.offset, e.len)
+            } else {
+                (off, 1 + within(len, size - off - 1))
+            };
+            // A whole extent may be a hole longer than any mapping (refused either way).
+            let new = new % HOLE.saturating_sub(len).max(1);
             let old = m.stored_at(off).unwrap_or(0) + u64::from(stale);
             let valid = m.remap_valid(off, len, old);
             assert_eq!(
@@ -350,6 +360,7 @@ fn random_op(rng: &mut SmallRng) -> Op {
             len: rng.random_range(0..200),
             new: rng.random(),
             stale: rng.random_bool(0.3),
+            whole: rng.random_bool(0.5),
         },
         83..=90 => Op::Query {
             at,
@@ -406,7 +417,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         4 => (any::<u64>(), 0u64..300).prop_map(|(at, len)| Op::Collapse { at, len }),
         2 => (any::<u64>(), len, any::<Option<u64>>()).prop_map(|(at, len, addr)| Op::Overwrite { at, len, addr }),
         2 => (any::<u64>(), any::<u8>()).prop_map(|(at, tag)| Op::SetTag { at, tag }),
-        2 => (any::<u64>(), 0u64..200, any::<u64>(), any::<bool>()).prop_map(|(at, len, new, stale)| Op::Remap { at, len, new, stale }),
+        2 => (any::<u64>(), 0u64..200, any::<u64>(), any::<bool>(), any::<bool>()).prop_map(|(at, len, new, stale, whole)| Op::Remap { at, len, new, stale, whole }),
         2 => (any::<u64>(), 0u64..5_000).prop_map(|(at, len)| Op::Query { at, len }),
         1 => any::<u64>().prop_map(|at| Op::Lookup { at }),
         1 => (any::<u8>(), any::<u64>()).prop_map(|(which, by)| Op::OutOfRange { which, by }),

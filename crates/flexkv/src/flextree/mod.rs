@@ -323,6 +323,9 @@ impl FlexTree {
     pub fn remap(&mut self, off: u64, len: u64, old_addr: u64, new_addr: u64) -> Result<()> {
         self.check_range("remap", off, len)?;
         Self::check_addr(new_addr, len)?;
+        if len > 0 && self.remap_whole_extent(off, len, old_addr, new_addr) {
+            return Ok(());
+        }
         let mut at = off;
         for e in self.extents_from(off) {
             if at >= off + len {
@@ -342,6 +345,22 @@ impl FlexTree {
             self.rewrite_addrs(off, len, new_addr);
         }
         Ok(())
+    }
+
+    /// [`FlexTree::remap`] of a range that is exactly one extent (what garbage
+    /// collection moves, but for an extent cut at a segment's end): one descent that
+    /// checks and rewrites the entry, where the general case descends four times (a
+    /// check, a split at each end, the rewrite). Returns false, with nothing changed,
+    /// if the range is not one whole extent mapped to `old_addr`.
+    fn remap_whole_extent(&mut self, off: u64, len: u64, old_addr: u64, new_addr: u64) -> bool {
+        let update::LeafPos { leaf, frame } = self.descend(off, false);
+        let pos = self.entries_at_or_before(leaf, off - frame) - 1;
+        let e = self.leaf(leaf).entry(pos);
+        if frame + e.poff != off || e.len != len || e.is_hole() || e.addr() != old_addr {
+            return false;
+        }
+        self.leaf_mut(leaf).set_addr(pos, new_addr);
+        true
     }
 
     /// Tags the extent that starts at `off`, splitting the extent that holds `off` if it
