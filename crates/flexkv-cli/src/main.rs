@@ -295,6 +295,11 @@ fn run(cli: &Cli) -> CliResult {
                 ("space_live_bytes", s.space_live_bytes.into()),
                 ("space_extents", s.space_extents.into()),
                 ("space_tree_memory_bytes", s.space_tree_memory_bytes.into()),
+                ("space_gc_passes", s.space_gc_passes.into()),
+                (
+                    "space_gc_bytes_relocated",
+                    s.space_gc_bytes_relocated.into(),
+                ),
                 ("keyspaces", db.keyspaces().len().into()),
             ];
             print_fields(out, fields, cli.json)?;

@@ -93,6 +93,11 @@ pub struct Stats {
     pub space_data_bytes: u64,
     /// Of `space_bytes`: the logical logs.
     pub space_log_bytes: u64,
+    /// Garbage-collection passes of the keyspaces' FlexSpaces (each relocates the live
+    /// extents of a few least-used segments of the data file).
+    pub space_gc_passes: u64,
+    /// Of `space_data_bytes`: what those passes relocated.
+    pub space_gc_bytes_relocated: u64,
     /// Bytes of records the keyspaces hold.
     pub space_live_bytes: u64,
     /// Extents the keyspaces' FlexSpaces map (an interval read takes one read per extent).
@@ -220,6 +225,8 @@ impl Inner {
                 .sum(),
             space_data_bytes: shapes.iter().map(|s| s.3.data_bytes_written).sum(),
             space_log_bytes: shapes.iter().map(|s| s.3.log_bytes_written).sum(),
+            space_gc_passes: shapes.iter().map(|s| s.3.gc_passes).sum(),
+            space_gc_bytes_relocated: shapes.iter().map(|s| s.3.gc_bytes_relocated).sum(),
             space_live_bytes: shapes.iter().map(|s| s.3.live_bytes).sum(),
             space_extents: shapes.iter().map(|s| s.3.extents).sum(),
             space_tree_memory_bytes: shapes.iter().map(|s| s.3.tree_memory_bytes).sum(),

@@ -328,6 +328,14 @@ pub struct SpaceStats {
     pub checkpoints: u64,
 }
 
+/// The last data block [`FlexSpace::read_data_through`] read and verified: its index and
+/// its checksummed bytes.
+#[derive(Default)]
+pub(super) struct BlockReader {
+    block: Option<u64>,
+    bytes: Vec<u8>,
+}
+
 /// A persistent flexible address space. See the [module documentation](self).
 ///
 /// Dropping a `FlexSpace` syncs what it can, best effort; call [`FlexSpace::close`] to
@@ -659,28 +667,55 @@ impl FlexSpace {
     /// Reads data-file bytes at `addr`: from the open segment's buffer if they are there,
     /// else from the file, verifying the checksum of every block touched.
     fn read_data(&self, addr: u64, out: &mut [u8]) -> Result<()> {
+        self.read_data_through(addr, out, &mut BlockReader::default())
+    }
+
+    /// [`FlexSpace::read_data`], keeping the last block it verified in `last`, so that
+    /// reads in address order verify each block once. Only for reads between which the
+    /// space writes no block it may have kept: GC's, which read a pass's victims, closed
+    /// segments, before it writes anything.
+    pub(super) fn read_data_through(
+        &self,
+        addr: u64,
+        out: &mut [u8],
+        last: &mut BlockReader,
+    ) -> Result<()> {
         if self.segs.read_buffered(addr, out) {
             return Ok(());
         }
-        let mut block_buf = [0u8; crc::BLOCK as usize];
         let (mut at, end) = (addr, addr + out.len() as u64);
         while at < end {
             let block = at / crc::BLOCK;
             let start = block * crc::BLOCK;
             let upto = end.min(start + crc::BLOCK);
-            let sum = self.check_fill(block, upto - start)?;
-            let bytes = &mut block_buf[..sum.fill as usize];
-            read_or_corrupt(&*self.data, bytes, start)?;
-            if crc32c::crc32c(bytes) != sum.crc {
+            if last.block != Some(block) {
+                let sum = self.check_fill(block, 0)?;
+                last.block = None;
+                last.bytes.resize(sum.fill as usize, 0);
+                read_or_corrupt(&*self.data, &mut last.bytes, start)?;
+                if crc32c::crc32c(&last.bytes) != sum.crc {
+                    return Err(Error::corruption(
+                        self.data.path(),
+                        start,
+                        format!("data block {block} checksum mismatch"),
+                    ));
+                }
+                last.block = Some(block);
+            }
+            if (last.bytes.len() as u64) < upto - start {
                 return Err(Error::corruption(
                     self.data.path(),
-                    start,
-                    format!("data block {block} checksum mismatch"),
+                    block * crc::BLOCK,
+                    format!(
+                        "block {block} has {} checksummed bytes, {} are mapped",
+                        last.bytes.len(),
+                        upto - start
+                    ),
                 ));
             }
             let o = (at - addr) as usize;
             out[o..o + (upto - at) as usize]
-                .copy_from_slice(&bytes[(at - start) as usize..(upto - start) as usize]);
+                .copy_from_slice(&last.bytes[(at - start) as usize..(upto - start) as usize]);
             at = upto;
         }
         Ok(())
