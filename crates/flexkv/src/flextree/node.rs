@@ -80,7 +80,9 @@ pub(crate) struct Leaf {
     span: u64,
 }
 
-/// Bytes a leaf stores per entry: an offset and an address-and-tag word.
+/// Bytes a leaf stores per entry: an offset and an address-and-tag word (what the
+/// memory tests count an extent as).
+#[cfg(test)]
 pub(crate) const ENTRY_BYTES: usize = 2 * std::mem::size_of::<u64>();
 
 /// Entries a leaf's arrays grow by when full, and most they keep spare after they
@@ -212,13 +214,12 @@ impl Leaf {
     }
 
     pub fn set_addr(&mut self, i: usize, addr: u64) {
-        let tag = self.entry(i).tag();
-        self.addr_tags[i] = addr_tag(addr, tag);
+        debug_assert!(addr <= ADDR_MASK);
+        self.addr_tags[i] = (self.addr_tags[i] & !ADDR_MASK) | addr;
     }
 
     pub fn set_tag(&mut self, i: usize, tag: u8) {
-        let addr = self.entry(i).addr();
-        self.addr_tags[i] = addr_tag(addr, tag);
+        self.addr_tags[i] = addr_tag(self.addr_tags[i] & ADDR_MASK, tag);
     }
 
     /// Moves the entries from `at` on into a new leaf of their own, rebased to start at
@@ -259,7 +260,7 @@ impl Leaf {
 
     /// Bytes the leaf's arrays hold room for.
     pub fn memory_bytes(&self) -> usize {
-        (self.poffs.capacity() + self.addr_tags.capacity()) * ENTRY_BYTES / 2
+        (self.poffs.capacity() + self.addr_tags.capacity()) * std::mem::size_of::<u64>()
     }
 }
 

@@ -688,8 +688,10 @@ impl FlexSpace {
             let block = at / crc::BLOCK;
             let start = block * crc::BLOCK;
             let upto = end.min(start + crc::BLOCK);
+            // The table says how much of the block is checksummed (and refuses a read
+            // past it) whether or not the block is at hand.
+            let sum = self.check_fill(block, upto - start)?;
             if last.block != Some(block) {
-                let sum = self.check_fill(block, 0)?;
                 last.block = None;
                 last.bytes.resize(sum.fill as usize, 0);
                 read_or_corrupt(&*self.data, &mut last.bytes, start)?;
@@ -701,17 +703,6 @@ impl FlexSpace {
                     ));
                 }
                 last.block = Some(block);
-            }
-            if (last.bytes.len() as u64) < upto - start {
-                return Err(Error::corruption(
-                    self.data.path(),
-                    block * crc::BLOCK,
-                    format!(
-                        "block {block} has {} checksummed bytes, {} are mapped",
-                        last.bytes.len(),
-                        upto - start
-                    ),
-                ));
             }
             let o = (at - addr) as usize;
             out[o..o + (upto - at) as usize]

@@ -496,7 +496,6 @@ impl FlexSpace {
 
     fn relocate(&mut self, victims: &[usize]) -> Result<()> {
         let size = self.opts.segment_size;
-        let in_victim = |a: u64| victims.contains(&((a / size) as usize));
         // The victims' address ranges: the walk below passes every extent of the space
         // and tests each against these with comparisons only, leaving the divisions of
         // the exact cut to the few extents that touch a victim (a pass over 3M extents
@@ -505,6 +504,7 @@ impl FlexSpace {
             .iter()
             .map(|&g| (g as u64 * size, (g as u64 + 1) * size))
             .collect();
+        let in_victim = |a: u64| ranges.iter().any(|&(lo, hi)| lo <= a && a < hi);
         // Pieces (offset, length, address) of every extent stored in a victim, cut at
         // segment ends.
         let mut moves = Vec::new();
