@@ -1187,6 +1187,10 @@ fn gc_refuses_to_move_damaged_data() {
         s.collapse(at as u64, len as u64).unwrap();
         m.drain(at..at + len);
     }
+    // Then segments written full, which no pass takes: damage there lets a pass run.
+    let full: Vec<u8> = (0..4 * (64 << 10)).map(|i: u32| (i % 251) as u8).collect();
+    s.insert(m.len() as u64, &full).unwrap();
+    m.extend_from_slice(&full);
     s.sync().unwrap();
     drop(s);
     // A pass that ran writes to all three files: each trial starts from these.
