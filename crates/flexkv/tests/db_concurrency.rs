@@ -197,14 +197,40 @@ fn snapshots_stay_consistent_while_writers_run() {
 /// keys inserted and deleted again must read as absent or as one of their own values.
 #[test]
 fn point_reads_stay_right_while_intervals_split_and_merge() {
+    let vfs = FaultVfs::new(4);
+    let s = point_reads_while_intervals_split_and_merge(open_churning(&vfs), 2);
+    assert!(s.cache_hits > 1000, "reads did not use the cache: {s:?}");
+}
+
+/// The same with a cache far smaller than the keyspace and three readers: readers
+/// then fill and evict entries (and so the index's slots) beside each other and the
+/// committer, under the keyspace's lock shared.
+#[test]
+fn point_reads_stay_right_while_readers_evict_from_a_small_cache() {
+    let vfs = FaultVfs::new(5);
+    let db = Db::builder("/db")
+        .vfs(vfs.shared())
+        .memtable_size(32 << 10)
+        .cache_bytes(48 << 10)
+        .open()
+        .unwrap();
+    let s = point_reads_while_intervals_split_and_merge(db, 3);
+    assert!(
+        s.cache_hits > 1000 && s.cache_misses > 1000,
+        "reads did not both hit and miss the cache: {s:?}"
+    );
+}
+
+/// Runs the readers of [`point_reads_stay_right_while_intervals_split_and_merge`]
+/// against writers that make the committer split, merge and empty intervals; returns
+/// the statistics after checking the database.
+fn point_reads_while_intervals_split_and_merge(db: Db, readers: u32) -> flexkv::Stats {
     const KEYS: u32 = 600;
     const ROUNDS: u32 = 12;
     let key = |i: u32, kind: u8| format!("k{i:05}{kind}").into_bytes();
     // Values name their keys, so a read that lands in the wrong interval or a stale
     // piece of one is caught, and their lengths vary so records move.
     let (value, owns) = (named_value, names);
-    let vfs = FaultVfs::new(4);
-    let db = open_churning(&vfs);
     let mut b = WriteBatch::new();
     for i in 0..KEYS {
         let k = key(i, 0);
@@ -236,7 +262,7 @@ fn point_reads_stay_right_while_intervals_split_and_merge() {
                 }
             }
         });
-        let readers: Vec<_> = (0..2u32)
+        let readers: Vec<_> = (0..readers)
             .map(|r| {
                 s.spawn(move || {
                     let mut i = r;
@@ -261,7 +287,6 @@ fn point_reads_stay_right_while_intervals_split_and_merge() {
         readers.into_iter().for_each(|r| r.join().unwrap());
     });
     let s = db.stats();
-    assert!(s.cache_hits > 1000, "reads did not use the cache: {s:?}");
     // Splits and merges happened while the readers read: at least as many of each as
     // there were rounds (each round's fills take several commits of the 32 KiB
     // memtables, its deletes at least one; runs here counted 228-293 splits and
@@ -273,6 +298,7 @@ fn point_reads_stay_right_while_intervals_split_and_merge() {
         "too few splits and merges: {s:?}"
     );
     db.check().unwrap();
+    s
 }
 
 /// Scans read cached intervals without the lock (checking the store's epoch) while the

@@ -10,9 +10,9 @@
 //! takes the entry with the greatest key at or below the one sought and uses it only if
 //! the key is below the entry's end. That is what lets reads go on while the committer
 //! holds the lock to edit the space and the index. When the lock is free, a point read
-//! takes it shared instead, finds its interval's key in the sparse index and the entry
-//! by that key in a hash map ([`IntervalCache::get`]): fewer cache misses than the skip
-//! list's floor search (see [`IntervalCache`]).
+//! takes it shared instead, finds its interval in the sparse index, and there the
+//! interval's [`Slot`], which holds the cached interval if there is one: fewer cache
+//! misses than the skip list's floor search (see [`IntervalCache`]).
 //!
 //! Why a lock-free read is right: the committer changes an interval only by replacing
 //! its entry (in place, split, merged), and it publishes every change before the frozen
@@ -34,18 +34,77 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_skiplist::SkipMap;
-use dashmap::DashMap;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
 
 use super::doorkeeper::Doorkeeper;
+use super::index::SparseIndex;
 use super::interval::Loaded;
 
 /// Bytes of bookkeeping per entry beyond its interval and keys, for the budget: the
-/// skip-list node and the ring slot (128), and the hash map's bucket (a key and a
-/// pointer, 40 bytes, its control byte, and some of the free room a table keeps; a
-/// table that has just doubled holds more than this counts).
-const PER_ENTRY: usize = 128 + 48;
+/// skip-list node and the ring slot. (The index's [`Slot`]s are the index's memory,
+/// one per interval, cached or not.)
+const PER_ENTRY: usize = 128;
+
+/// One interval's cached form, where the sparse index keeps it: beside the interval's
+/// key in its leaf, so a point read that found its interval in the index reaches the
+/// cached bytes with one more load, not a hash lookup (whose control bytes and bucket
+/// were two more cache misses, a fifth of a cached point read's time at 1M pairs).
+///
+/// Only the [`IntervalCache`] fills and empties slots, under its ring's mutex, so a
+/// slot holds exactly what the cache's entry of that key holds. Readers use slots
+/// under the keyspace's read lock, which keeps the index (and so the slot's place)
+/// still; the lock inside the slot is for the cache, which may replace or evict an
+/// entry while other readers hold the keyspace's lock shared too.
+#[derive(Debug, Default)]
+pub(crate) struct Slot(RwLock<Option<Arc<Loaded>>>);
+
+impl Slot {
+    /// What `read` makes of the interval held here, if any (marked recently used),
+    /// without taking a reference to it: a point read that copies its record out needs
+    /// none, and a reference count is an atomic write to a line the read would
+    /// otherwise only load.
+    pub(crate) fn read<R>(&self, read: impl FnOnce(&Loaded) -> R) -> Option<R> {
+        let held = self.0.read();
+        let l = held.as_deref()?;
+        l.referenced.set();
+        Some(read(l))
+    }
+
+    /// The interval held here, if any, marked recently used.
+    pub(crate) fn get(&self) -> Option<Arc<Loaded>> {
+        let held = self.0.read();
+        let l = held.as_ref()?;
+        l.referenced.set();
+        Some(Arc::clone(l))
+    }
+
+    /// The interval held here, if any, not marked used.
+    pub(crate) fn peek(&self) -> Option<Arc<Loaded>> {
+        self.0.read().clone()
+    }
+
+    /// Whether this slot holds `l` itself.
+    fn holds(&self, l: &Arc<Loaded>) -> bool {
+        self.0.read().as_ref().is_some_and(|h| Arc::ptr_eq(h, l))
+    }
+
+    /// Holds `l` from now on; returns what it held, for the caller to drop after the
+    /// slot's lock is let go.
+    fn set(&self, l: Arc<Loaded>) -> Option<Arc<Loaded>> {
+        self.0.write().replace(l)
+    }
+
+    /// Empties the slot if it holds `l`; returns what it held then.
+    fn clear_if(&self, l: &Arc<Loaded>) -> Option<Arc<Loaded>> {
+        let mut held = self.0.write();
+        if held.as_ref().is_some_and(|h| Arc::ptr_eq(h, l)) {
+            held.take()
+        } else {
+            None
+        }
+    }
+}
 
 /// Interval keys up to this long are held in the skip list's nodes: a lookup compares
 /// keys at every level, and a key behind a pointer costs a cache miss per comparison.
@@ -66,9 +125,9 @@ pub(crate) struct Entry {
 
 impl Entry {
     fn footprint(&self) -> usize {
-        // The key is held three times: the skip list's, the hash map's, the entry's.
+        // The key is held twice: the skip list's and the entry's.
         PER_ENTRY
-            + 3 * self.key.len()
+            + 2 * self.key.len()
             + self.end.as_ref().map_or(0, |e| e.len())
             + self.interval.footprint()
     }
@@ -98,18 +157,18 @@ struct Ring {
 ///
 /// The entries are held twice, in the same state (both change together under the
 /// ring's mutex): in a skip list, ordered, for the lock-free floor search of
-/// [`covering`](Self::covering) and for [`walk`](Self::walk); and in a hash map, for
-/// finding the entry of an interval whose key is already known
-/// ([`get`](Self::get)). A point read that can take the keyspace's read lock finds its
-/// interval's key in the sparse index and the entry in the hash map: a skip-list
-/// search of tens of thousands of entries misses the processor cache at nearly every
-/// level, and was two thirds of a cached point read's time.
+/// [`covering`](Self::covering) and for [`walk`](Self::walk); and in the sparse
+/// index's [`Slot`]s, for a reader that has found its interval in the index. A point
+/// read that can take the keyspace's read lock does that: a skip-list search of tens
+/// of thousands of entries misses the processor cache at nearly every level, and was
+/// two thirds of a cached point read's time. Every method that changes entries takes
+/// the index (as the keyspace's lock holder has it), and an entry is kept only for a
+/// key the index has.
 pub(crate) struct IntervalCache {
     /// What the entries may take now: the budget less what the keyspace's indexes
     /// take ([`IntervalCache::set_capacity`]).
     capacity: AtomicUsize,
     map: SkipMap<MapKey, Arc<Entry>>,
-    by_key: DashMap<MapKey, Arc<Loaded>, foldhash::fast::RandomState>,
     ring: Mutex<Ring>,
     doorkeeper: Doorkeeper,
     /// Repeated misses (point reads and scans) on a keyspace that does not fit, for
@@ -135,28 +194,16 @@ impl IntervalCache {
         IntervalCache {
             capacity: AtomicUsize::new(capacity),
             map: SkipMap::new(),
-            by_key: DashMap::default(),
             ring: Mutex::new(Ring::default()),
             doorkeeper: Doorkeeper::new((capacity / BYTES_PER_REMEMBERED).max(MIN_REMEMBERED)),
             repeats: AtomicUsize::new(0),
         }
     }
 
-    /// The cached interval keyed `key`, marked recently used.
-    pub(crate) fn get(&self, key: &[u8]) -> Option<Arc<Loaded>> {
-        let l = self.by_key.get(key)?;
-        l.referenced.set();
-        Some(Arc::clone(&l))
-    }
-
-    /// What `read` makes of the cached interval keyed `key` (marked recently used),
-    /// without taking a reference to it: a point read that copies its record out
-    /// needs none, and a reference count is an atomic write to a line the read would
-    /// otherwise only load.
-    pub(crate) fn get_with<R>(&self, key: &[u8], read: impl FnOnce(&Loaded) -> R) -> Option<R> {
-        let l = self.by_key.get(key)?;
-        l.referenced.set();
-        Some(read(&l))
+    /// The cached interval keyed `key`, marked recently used. A reader that has its
+    /// interval's place in the index asks its [`Slot`] instead, with no second descent.
+    pub(crate) fn get(&self, index: &SparseIndex, key: &[u8]) -> Option<Arc<Loaded>> {
+        index.slot_of(key)?.get()
     }
 
     /// The cached interval that holds `key`, if the cache knows it (marked recently
@@ -227,8 +274,20 @@ impl IntervalCache {
 
     /// Caches `interval` under `key`, ending at `end` (the next interval's key),
     /// replacing what was there and evicting by CLOCK until the budget holds. An
-    /// interval larger than the whole budget is not kept.
-    pub(crate) fn put(&self, key: &[u8], end: Option<&[u8]>, interval: Arc<Loaded>) {
+    /// interval larger than the whole budget is not kept, nor one whose key `index`
+    /// does not have (the committer caches the pieces of a split after the index has
+    /// their keys).
+    pub(crate) fn put(
+        &self,
+        index: &SparseIndex,
+        key: &[u8],
+        end: Option<&[u8]>,
+        interval: Arc<Loaded>,
+    ) {
+        let Some(slot) = index.slot_of(key) else {
+            debug_assert!(false, "caching {key:?}, which the index does not have");
+            return;
+        };
         let mut ring = self.ring.lock();
         let mut entry = Entry {
             key: MapKey::from_slice(key),
@@ -239,7 +298,7 @@ impl IntervalCache {
         let size = entry.footprint();
         let capacity = self.capacity();
         if size > capacity {
-            self.remove_locked(&mut ring, key);
+            self.remove_locked(&mut ring, index, key);
             return;
         }
         let old = self.map.get(key).map(|e| Arc::clone(e.value()));
@@ -248,7 +307,7 @@ impl IntervalCache {
             self.unlink(key, &old.interval);
         }
         while ring.used + size > capacity {
-            self.evict_one(&mut ring, Some(key));
+            self.evict_one(&mut ring, index, Some(key));
         }
         entry.slot = match &old {
             Some(old) => old.slot,
@@ -260,16 +319,17 @@ impl IntervalCache {
         let entry = Arc::new(entry);
         ring.slots[entry.slot] = Some(Arc::clone(&entry));
         ring.used += size;
-        // Replaces an entry of the same key in one step.
-        self.by_key
-            .insert(MapKey::from_slice(key), Arc::clone(&entry.interval));
+        // Each replaces an entry of the same key in one step.
+        let replaced = slot.set(Arc::clone(&entry.interval));
         self.map.insert(MapKey::from_slice(key), entry);
+        drop(ring);
+        drop(replaced);
     }
 
     /// The cached interval keyed `key`, for the committer: not marked used, since the
     /// cache keeps what readers use ([`IntervalCache::wants`]).
-    pub(crate) fn peek(&self, key: &[u8]) -> Option<Arc<Loaded>> {
-        self.by_key.get(key).map(|l| Arc::clone(&l))
+    fn peek(&self, index: &SparseIndex, key: &[u8]) -> Option<Arc<Loaded>> {
+        index.slot_of(key)?.peek()
     }
 
     /// Whether the committer, having changed the interval keyed `key` (now taking
@@ -285,8 +345,14 @@ impl IntervalCache {
     /// keeping the ones it put in while there was room gives the committer entries to
     /// rewrite at every commit that no reader chose: at 10M pairs that made the load a
     /// sixth slower and its RSS 300 MiB larger.
-    pub(crate) fn wants(&self, key: &[u8], footprint: usize, fits: bool) -> bool {
-        match self.by_key.get(key) {
+    pub(crate) fn wants(
+        &self,
+        index: &SparseIndex,
+        key: &[u8],
+        footprint: usize,
+        fits: bool,
+    ) -> bool {
+        match self.peek(index, key) {
             Some(l) => fits || l.referenced.is_set(),
             None => fits && self.has_room(key, footprint),
         }
@@ -306,7 +372,7 @@ impl IntervalCache {
         intervals: usize,
         pairs: usize,
     ) -> bool {
-        let per_interval = PER_ENTRY + 4 * 16 + super::interval::overhead(pairs);
+        let per_interval = PER_ENTRY + 3 * 16 + super::interval::overhead(pairs);
         let need = bytes.saturating_add((intervals as u64).saturating_mul(per_interval as u64));
         need <= capacity as u64
     }
@@ -315,7 +381,7 @@ impl IntervalCache {
     /// what the cache holds, without evicting anything (its end key is counted as long
     /// as its key).
     fn has_room(&self, key: &[u8], footprint: usize) -> bool {
-        self.ring.lock().used + PER_ENTRY + 4 * key.len() + footprint <= self.capacity()
+        self.ring.lock().used + PER_ENTRY + 3 * key.len() + footprint <= self.capacity()
     }
 
     /// Whether a read (a point read or a scan) that missed the interval keyed `key`
@@ -344,16 +410,22 @@ impl IntervalCache {
                     .is_multiple_of(ADMIT_ONE_IN)))
     }
 
-    /// Drops the entry keyed `key`, if there is one.
-    pub(crate) fn remove(&self, key: &[u8]) {
+    /// Drops the entry keyed `key`, if there is one. The index may have dropped the
+    /// key already (two intervals merged), and its slot with it.
+    pub(crate) fn remove(&self, index: &SparseIndex, key: &[u8]) {
         let mut ring = self.ring.lock();
-        self.remove_locked(&mut ring, key);
+        self.remove_locked(&mut ring, index, key);
     }
 
-    fn remove_locked(&self, ring: &mut Ring, key: &[u8]) {
+    fn remove_locked(&self, ring: &mut Ring, index: &SparseIndex, key: &[u8]) {
         if let Some(e) = self.map.remove(key) {
-            self.by_key.remove(key);
             let entry = e.value();
+            // The slot of the key, if the index still has it, holds this entry's
+            // interval; the test keeps a slot another key took over (after a merge,
+            // the floor of `key`) untouched.
+            if let Some(slot) = index.slot_of(key) {
+                drop(slot.clear_if(&entry.interval));
+            }
             ring.used -= entry.footprint();
             ring.slots[entry.slot] = None;
             ring.free.push(entry.slot);
@@ -384,11 +456,11 @@ impl IntervalCache {
     /// Lets the entries take `capacity` bytes from now on, evicting by CLOCK until they
     /// fit. The store calls this as its indexes grow and shrink, so that the cache and
     /// the indexes share one budget.
-    pub(crate) fn set_capacity(&self, capacity: usize) {
+    pub(crate) fn set_capacity(&self, index: &SparseIndex, capacity: usize) {
         let mut ring = self.ring.lock();
         self.capacity.store(capacity, Ordering::Relaxed);
         while ring.used > capacity {
-            self.evict_one(&mut ring, None);
+            self.evict_one(&mut ring, index, None);
         }
     }
 
@@ -397,26 +469,26 @@ impl IntervalCache {
         self.ring.lock().used
     }
 
-    /// Every entry, in key order, once the skip list and the hash map are found to
-    /// hold the same entries; otherwise what differs.
-    pub(crate) fn entries(&self) -> Result<Vec<Arc<Entry>>, String> {
+    /// Every entry, in key order, once the skip list and the index's slots are found
+    /// to hold the same intervals; otherwise what differs.
+    pub(crate) fn entries(&self, index: &SparseIndex) -> Result<Vec<Arc<Entry>>, String> {
         let _ring = self.ring.lock();
         let entries: Vec<_> = self.map.iter().map(|e| Arc::clone(e.value())).collect();
-        if entries.len() != self.by_key.len() {
+        let filled = index
+            .slots()
+            .into_iter()
+            .filter(|(_, s)| s.peek().is_some());
+        let filled = filled.count();
+        if entries.len() != filled {
             return Err(format!(
-                "the cache's skip list holds {} intervals, its hash map {}",
-                entries.len(),
-                self.by_key.len()
+                "the cache's skip list holds {} intervals, the index's slots {filled}",
+                entries.len()
             ));
         }
         for e in &entries {
-            if !self
-                .by_key
-                .get(&e.key)
-                .is_some_and(|h| Arc::ptr_eq(&h, &e.interval))
-            {
+            if !index.slot_of(&e.key).is_some_and(|s| s.holds(&e.interval)) {
                 return Err(format!(
-                    "the cache's hash map does not hold the entry of {:?}",
+                    "the index's slot does not hold the cache's entry of {:?}",
                     e.key
                 ));
             }
@@ -433,7 +505,7 @@ impl IntervalCache {
     /// Advances the hand: a referenced entry gets a second chance, the first one that
     /// is not goes. The entry keyed `keep` (being replaced) is not counted: its bytes
     /// were taken off already.
-    fn evict_one(&self, ring: &mut Ring, keep: Option<&[u8]>) {
+    fn evict_one(&self, ring: &mut Ring, index: &SparseIndex, keep: Option<&[u8]>) {
         debug_assert!(ring.used > 0, "evicting from an empty cache");
         loop {
             ring.hand = (ring.hand + 1) % ring.slots.len();
@@ -447,7 +519,7 @@ impl IntervalCache {
                 continue;
             }
             let key = s.key.clone();
-            self.remove_locked(ring, &key);
+            self.remove_locked(ring, index, &key);
             return;
         }
     }
@@ -479,13 +551,87 @@ mod tests {
 
     /// What one entry keyed `key` with no end costs.
     fn cost(key: &[u8], n: usize) -> usize {
-        PER_ENTRY + 3 * key.len() + interval(n).footprint()
+        PER_ENTRY + 2 * key.len() + interval(n).footprint()
+    }
+
+    /// Keys the tests' index has, besides the first interval's (empty) key.
+    const KEYS: [&[u8]; 9] = [b"a", b"b", b"big", b"c", b"d", b"e", b"f", b"hot", b"m"];
+
+    /// A cache with an index of its own, of intervals keyed [`KEYS`], for the methods
+    /// that take the index.
+    struct Cached {
+        cache: IntervalCache,
+        index: SparseIndex,
+    }
+
+    impl std::ops::Deref for Cached {
+        type Target = IntervalCache;
+        fn deref(&self) -> &IntervalCache {
+            &self.cache
+        }
+    }
+
+    impl Cached {
+        fn new(capacity: usize) -> Self {
+            let mut index = SparseIndex::new();
+            let mut prev: &[u8] = b"";
+            for k in KEYS {
+                index.split(prev, 0, k).unwrap();
+                prev = k;
+            }
+            Cached {
+                cache: IntervalCache::new(capacity),
+                index,
+            }
+        }
+        fn put(&self, key: &[u8], end: Option<&[u8]>, l: Arc<Loaded>) {
+            self.cache.put(&self.index, key, end, l);
+        }
+        fn get(&self, key: &[u8]) -> Option<Arc<Loaded>> {
+            self.cache.get(&self.index, key)
+        }
+        fn remove(&self, key: &[u8]) {
+            self.cache.remove(&self.index, key);
+        }
+        fn set_capacity(&self, capacity: usize) {
+            self.cache.set_capacity(&self.index, capacity);
+        }
+    }
+
+    #[test]
+    fn slots_hold_what_the_entries_hold_through_splits_and_merges() {
+        let mut c = Cached::new(1 << 20);
+        c.put(b"a", Some(b"b"), interval(2));
+        c.put(b"b", Some(b"big"), interval(3));
+        assert_eq!(c.entries(&c.index).unwrap().len(), 2);
+        // A read finds the interval through the slot at its place in the index.
+        let at = c.index.locate(b"b0");
+        assert_eq!(c.index.slot_at(at).read(|l| l.len()), Some(3));
+        // Splitting `a` adds an empty slot beside it; its pieces are cached after.
+        c.index.split(b"a", 0, b"a5").unwrap();
+        assert!(c.index.slot_of(b"a5").unwrap().peek().is_none());
+        c.put(b"a5", Some(b"b"), interval(1));
+        c.put(b"a", Some(b"a5"), interval(1));
+        assert_eq!(c.entries(&c.index).unwrap().len(), 3);
+        // `a` absorbs `a5`: the absorbed slot goes with its key, and removing the
+        // absorbed entry leaves `a`'s slot (the floor of `a5` now) alone.
+        c.index.merge_next(b"a").unwrap();
+        assert!(c.entries(&c.index).is_err(), "a5's entry has no slot now");
+        c.remove(b"a5");
+        assert_eq!(c.get(b"a").map(|l| l.len()), Some(1));
+        assert_eq!(c.entries(&c.index).unwrap().len(), 2);
+        // Removing and evicting empty the slots.
+        c.remove(b"a");
+        assert!(c.index.slot_of(b"a").unwrap().peek().is_none());
+        c.set_capacity(0);
+        assert!(c.index.slots().iter().all(|(_, s)| s.peek().is_none()));
+        assert!(c.entries(&c.index).unwrap().is_empty());
     }
 
     #[test]
     fn an_interval_leaving_the_cache_is_unlinked_from_the_one_before() {
         let one = cost(b"b", 4);
-        let c = IntervalCache::new(3 * one);
+        let c = Cached::new(3 * one);
         for k in [b"a", b"b", b"c"] {
             c.put(k, None, interval(4));
         }
@@ -515,7 +661,7 @@ mod tests {
     #[test]
     fn the_budget_holds_and_clock_spares_what_was_used() {
         let one = cost(b"a", 4);
-        let c = IntervalCache::new(3 * one);
+        let c = Cached::new(3 * one);
         for k in [b"a", b"b", b"c"] {
             c.put(k, None, interval(4));
         }
@@ -537,7 +683,7 @@ mod tests {
     #[test]
     fn a_smaller_capacity_evicts_until_the_entries_fit() {
         let one = cost(b"b", 4);
-        let c = IntervalCache::new(4 * one);
+        let c = Cached::new(4 * one);
         // The first interval's key is the empty key; it must be evictable too.
         for k in [&b""[..], b"b", b"c", b"d"] {
             c.put(k, None, interval(4));
@@ -565,7 +711,7 @@ mod tests {
     #[test]
     fn replacing_an_entry_in_a_full_cache_evicts_others_not_itself() {
         let one = cost(b"a", 4);
-        let c = IntervalCache::new(2 * one);
+        let c = Cached::new(2 * one);
         c.put(b"a", None, interval(4));
         c.put(b"b", None, interval(4));
         c.put(b"a", None, interval(5));
@@ -577,7 +723,7 @@ mod tests {
     #[test]
     fn a_full_cache_admits_a_point_read_on_its_second_miss() {
         let one = cost(b"a", 4);
-        let c = IntervalCache::new(2 * one + 16);
+        let c = Cached::new(2 * one + 16);
         let size = interval(4).footprint();
         let fits = true;
         assert!(
@@ -602,7 +748,7 @@ mod tests {
     #[test]
     fn on_a_keyspace_that_does_not_fit_one_repeated_miss_in_64_is_admitted() {
         let one = cost(b"a", 4);
-        let c = IntervalCache::new(2 * one + 16);
+        let c = Cached::new(2 * one + 16);
         let size = interval(4).footprint();
         assert!(
             c.admits(b"a", size, false),
@@ -634,17 +780,17 @@ mod tests {
 
     #[test]
     fn a_zero_budget_or_a_huge_interval_caches_nothing() {
-        let c = IntervalCache::new(0);
+        let c = Cached::new(0);
         c.put(b"a", None, interval(1));
         assert!(c.get(b"a").is_none());
-        let c = IntervalCache::new(cost(b"big", 2));
+        let c = Cached::new(cost(b"big", 2));
         c.put(b"big", None, interval(40));
         assert_eq!(c.len(), 0);
     }
 
     #[test]
     fn covering_uses_an_entry_only_below_its_end() {
-        let c = IntervalCache::new(1 << 20);
+        let c = Cached::new(1 << 20);
         c.put(b"", Some(b"f"), interval(1));
         c.put(b"m", None, interval(2));
         assert_eq!(c.covering(b"").map(|l| l.len()), Some(1));

@@ -105,16 +105,22 @@ impl LockHolds {
 /// lay when read.
 type Ahead = HashMap<Vec<u8>, (u64, Placement, Arc<Loaded>)>;
 
-/// The intervals the updates of `slice` (in key order) fall in, each with the range of
-/// `slice` in it.
-fn groups(st: &State, slice: &[Update]) -> Vec<(Interval, Range<usize>)> {
+/// One interval a slice's updates fall in: the interval, the range of the slice in
+/// it, and its cached form if the cache holds it (not marked used: the cache keeps
+/// what readers use).
+type Group = (Interval, Range<usize>, Option<Arc<Loaded>>);
+
+/// The intervals the updates of `slice` (in key order) fall in ([`Group`]).
+fn groups(st: &State, slice: &[Update]) -> Vec<Group> {
     let mut groups = Vec::new();
     let mut i = 0;
     while i < slice.len() {
-        let iv = st.index.find(&slice[i].key);
+        let at = st.index.locate(&slice[i].key);
+        let iv = st.index.interval_of(at);
+        let cached = st.index.slot_at(at).peek();
         let next = st.index.next(&iv.key).map(|n| n.key);
         let n = slice[i..].partition_point(|u| next.as_ref().is_none_or(|k| *u.key < **k));
-        groups.push((iv, i..i + n));
+        groups.push((iv, i..i + n, cached));
         i += n;
     }
     groups
@@ -224,8 +230,8 @@ impl SortedStore {
     /// left out, since that slice changes those it holds keys of.
     fn place_ahead(&self, st: &State, next: &[Update], after: &[u8]) -> Vec<(Interval, Placement)> {
         let mut places = Vec::new();
-        for (iv, _) in groups(st, next) {
-            if iv.key.as_slice() <= after || self.cache.peek(&iv.key).is_some() {
+        for (iv, _, cached) in groups(st, next) {
+            if iv.key.as_slice() <= after || cached.is_some() {
                 continue;
             }
             if let Ok(Some(p)) = st.space.place(iv.offset, iv.size) {
@@ -352,7 +358,7 @@ impl SortedStore {
         records.clear();
         let mut plans = Vec::with_capacity(groups.len());
         let mut lingering = Vec::new();
-        for ((iv, range), old) in groups.into_iter().zip(olds) {
+        for ((iv, range, _), old) in groups.into_iter().zip(olds) {
             let ups = &slice[range];
             let outcomes = ups
                 .iter()
@@ -392,20 +398,18 @@ impl SortedStore {
     fn load_all(
         &self,
         st: &State,
-        groups: &[(Interval, Range<usize>)],
+        groups: &[Group],
         mut ahead: Ahead,
     ) -> Result<(Vec<Arc<Loaded>>, usize)> {
-        let mut olds: Vec<Option<Arc<Loaded>>> = groups
-            .iter()
-            .map(|(iv, _)| self.cache.peek(&iv.key))
-            .collect();
+        let mut olds: Vec<Option<Arc<Loaded>>> =
+            groups.iter().map(|(_, _, cached)| cached.clone()).collect();
         let not_cached = olds.iter().filter(|l| l.is_none()).count();
         let c = &self.counters;
         c.cache_hits
             .fetch_add((groups.len() - not_cached) as u64, Ordering::Relaxed);
         c.cache_misses
             .fetch_add(not_cached as u64, Ordering::Relaxed);
-        for ((iv, _), old) in groups.iter().zip(&mut olds) {
+        for ((iv, _, _), old) in groups.iter().zip(&mut olds) {
             if old.is_some() {
                 continue;
             }
@@ -832,18 +836,20 @@ impl SortedStore {
                 self.cache_put(st, &iv.key, Arc::new(new));
             } else if let Some(next) = st.index.next(&iv.key) {
                 // The empty interval takes over its neighbour (its key is below all of
-                // the neighbour's), whose head tag stays where it is.
+                // the neighbour's), whose head tag stays where it is. The neighbour's
+                // cached form is taken before the merge drops its slot.
+                let absorbed = self.cache.get(&st.index, &next.key);
                 st.index.merge_next(&iv.key)?;
                 self.counters.merges.fetch_add(1, Ordering::Relaxed);
-                match self.cache.get(&next.key) {
+                match absorbed {
                     Some(l) => self.cache_put(st, &iv.key, l),
-                    None => self.cache.remove(&iv.key),
+                    None => self.cache.remove(&st.index, &iv.key),
                 }
-                self.cache.remove(&next.key);
+                self.cache.remove(&st.index, &next.key);
             } else {
                 // The previous interval's entry keeps its end: below the true one, so
                 // it stays right.
-                self.cache.remove(&iv.key);
+                self.cache.remove(&st.index, &iv.key);
                 let prev = st
                     .index
                     .prev(&iv.key)
@@ -856,7 +862,9 @@ impl SortedStore {
         if st.space.tag(iv.offset) != Some(HEAD) {
             st.space.set_tag(iv.offset, HEAD)?;
         }
-        let cached = self.cache.wants(&iv.key, new.footprint(), self.fits(st));
+        let cached = self
+            .cache
+            .wants(&st.index, &iv.key, new.footprint(), self.fits(st));
         if new.len() > self.split_pairs || (new.size() > SPLIT_BYTES && new.len() > 1) {
             return self.split(st, iv, new, appended, cached);
         }
@@ -869,7 +877,7 @@ impl SortedStore {
                         self.counters.merges.fetch_add(1, Ordering::Relaxed);
                         st.space.set_tag(next.offset, 0)?;
                         self.recache(st, &iv.key, new.concat(&other), cached);
-                        self.cache.remove(&next.key);
+                        self.cache.remove(&st.index, &next.key);
                         return Ok(());
                     }
                 }
@@ -885,7 +893,7 @@ impl SortedStore {
         if cached {
             self.cache_put(st, key, Arc::new(new));
         } else {
-            self.cache.remove(key);
+            self.cache.remove(&st.index, key);
         }
     }
 
@@ -938,7 +946,7 @@ impl SortedStore {
                 .set_tag(iv.offset + new.span(w[1]).0 as u64, HEAD)?;
         }
         if !cached {
-            self.cache.remove(&iv.key);
+            self.cache.remove(&st.index, &iv.key);
             return Ok(());
         }
         // The pieces are cached last first, so that until the first piece replaces the
@@ -948,7 +956,7 @@ impl SortedStore {
         let mut last = n;
         for (&cut, &key) in starts.iter().zip(&keys).rev() {
             let piece = Arc::new(new.slice(cut..last));
-            self.cache.put(key, end, piece);
+            self.cache.put(&st.index, key, end, piece);
             (end, last) = (Some(key), cut);
         }
         Ok(())

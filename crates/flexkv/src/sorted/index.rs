@@ -20,6 +20,7 @@
 
 mod keys;
 
+use super::cache::Slot;
 use crate::{Error, Result};
 use keys::Keys;
 
@@ -74,7 +75,7 @@ pub struct Interval {
     pub size: u64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum Node {
     Leaf {
         keys: Keys,
@@ -83,6 +84,10 @@ enum Node {
         /// Where the last entry ends, as a partial offset. Intervals are contiguous, so
         /// every other entry ends where the next begins and no size is stored.
         end: i64,
+        /// Each entry's interval if the interval cache holds it (the cache fills and
+        /// empties these; see [`Slot`]): a point read that found its entry has its
+        /// interval one load away, with no hash lookup.
+        slots: Vec<Slot>,
     },
     Internal {
         /// `pivots[i]` separates `children[i]` (all keys below it) from
@@ -94,7 +99,7 @@ enum Node {
 }
 
 /// The index: a B+-tree over interval keys with partial offsets and shifts.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SparseIndex {
     nodes: Vec<Node>,
     free: Vec<NodeId>,
@@ -112,8 +117,13 @@ impl Default for SparseIndex {
 /// One step of a root-to-leaf path: the node and the child (or entry) taken.
 type Path = Vec<(NodeId, usize)>;
 
-/// A leaf's keys, partial offsets and partial end.
-type LeafMut<'a> = (&'a mut Keys, &'a mut Vec<i64>, &'a mut i64);
+/// A leaf's keys, partial offsets, partial end and cache slots.
+type LeafMut<'a> = (
+    &'a mut Keys,
+    &'a mut Vec<i64>,
+    &'a mut i64,
+    &'a mut Vec<Slot>,
+);
 
 /// The size of entry `j` of a leaf with these partial offsets and end.
 fn size_in(partial: &[i64], end: i64, j: usize) -> u64 {
@@ -141,6 +151,7 @@ impl SparseIndex {
             keys: Keys::from_sorted([&[][..]]),
             partial: vec![0],
             end: 0,
+            slots: vec![Slot::default()],
         };
         SparseIndex {
             nodes: vec![leaf],
@@ -196,7 +207,10 @@ impl SparseIndex {
     }
 
     fn interval_at(&self, leaf: NodeId, j: usize, shift: i64) -> Interval {
-        let Node::Leaf { keys, partial, end } = &self.nodes[leaf] else {
+        let Node::Leaf {
+            keys, partial, end, ..
+        } = &self.nodes[leaf]
+        else {
             unreachable!("paths end at leaves")
         };
         Interval {
@@ -242,6 +256,31 @@ impl SparseIndex {
         self.interval_at(at.leaf, at.j, at.shift)
     }
 
+    /// The cache slot of the interval at `at`, which the index has not changed since
+    /// it was found.
+    pub(crate) fn slot_at(&self, at: Position) -> &Slot {
+        match &self.nodes[at.leaf] {
+            Node::Leaf { slots, .. } => &slots[at.j],
+            Node::Internal { .. } => unreachable!("paths end at leaves"),
+        }
+    }
+
+    /// The cache slot of the interval keyed exactly `key`, if there is one.
+    pub(crate) fn slot_of(&self, key: &[u8]) -> Option<&Slot> {
+        let at = self.locate(key);
+        (self.key_of(at) == key).then(|| self.slot_at(at))
+    }
+
+    /// Every interval's key and cache slot, in key order.
+    pub(crate) fn slots(&self) -> Vec<(&[u8], &Slot)> {
+        let mut out = Vec::with_capacity(self.len);
+        self.walk_slots(None, true, |k, s| {
+            out.push((k, s));
+            true
+        });
+        out
+    }
+
     /// Tells `visit` the index keys of the intervals from the one holding `from` on, in
     /// key order (`forward`) or in reverse, until it returns `false` or the intervals
     /// end; `None` starts at the first interval (forward) or the last (backward). One
@@ -253,6 +292,16 @@ impl SparseIndex {
         forward: bool,
         mut visit: impl FnMut(&[u8]) -> bool,
     ) {
+        self.walk_slots(from, forward, |k, _| visit(k));
+    }
+
+    /// [`SparseIndex::walk_keys`], telling `visit` each interval's cache slot too.
+    pub(crate) fn walk_slots<'a>(
+        &'a self,
+        from: Option<&[u8]>,
+        forward: bool,
+        mut visit: impl FnMut(&'a [u8], &'a Slot) -> bool,
+    ) {
         let mut path = match from {
             Some(key) => self.descend(key).0,
             None => {
@@ -263,13 +312,13 @@ impl SparseIndex {
         };
         loop {
             let (leaf, j) = end(&path);
-            let Node::Leaf { keys, .. } = &self.nodes[leaf] else {
+            let Node::Leaf { keys, slots, .. } = &self.nodes[leaf] else {
                 unreachable!("paths end at leaves")
             };
             let more = if forward {
-                (j..keys.len()).all(|i| visit(keys.get(i)))
+                (j..keys.len()).all(|i| visit(keys.get(i), &slots[i]))
             } else {
-                (0..=j).rev().all(|i| visit(keys.get(i)))
+                (0..=j).rev().all(|i| visit(keys.get(i), &slots[i]))
             };
             if !more {
                 return;
@@ -386,8 +435,15 @@ impl SparseIndex {
         let node = |n: &Node| -> usize {
             std::mem::size_of::<Node>()
                 + match n {
-                    Node::Leaf { keys, partial, .. } => {
-                        keys.memory_bytes() + partial.capacity() * 8
+                    Node::Leaf {
+                        keys,
+                        partial,
+                        slots,
+                        ..
+                    } => {
+                        keys.memory_bytes()
+                            + partial.capacity() * 8
+                            + slots.capacity() * std::mem::size_of::<Slot>()
                     }
                     Node::Internal {
                         pivots,
@@ -449,7 +505,7 @@ impl SparseIndex {
     pub fn resize(&mut self, key: &[u8], delta: i64) -> Result<()> {
         let (path, _) = self.exact(key)?;
         let (leaf, j) = end(&path);
-        let (_, partial, end) = self.leaf_mut(leaf);
+        let (_, partial, end, _) = self.leaf_mut(leaf);
         let size = size_in(partial, *end, j);
         if size.checked_add_signed(delta).is_none() {
             return Err(Error::invalid(format!(
@@ -477,7 +533,7 @@ impl SparseIndex {
             ));
         }
         let (leaf, j) = end(&path);
-        let (keys, partial, leaf_end) = self.leaf_mut(leaf);
+        let (keys, partial, leaf_end, slots) = self.leaf_mut(leaf);
         let size = size_in(partial, *leaf_end, j);
         if at > size {
             return Err(Error::invalid(format!(
@@ -487,9 +543,14 @@ impl SparseIndex {
         // The new entry goes right after the old one, in the same leaf: every pivot is
         // its subtree's first key (`check_node`), and `new_key` is below the next key.
         // The old entry now ends where the new one begins.
+        // The new interval is not cached: the committer caches its pieces after it
+        // has split them here, and the old entry's slot holds the whole interval
+        // until then (readers wait for the keyspace's lock meanwhile).
         keys.insert(j + 1, new_key);
         grow(partial, 1);
         partial.insert(j + 1, partial[j] + at as i64);
+        grow(slots, 1);
+        slots.insert(j + 1, Slot::default());
         self.len += 1;
         self.split_full(&mut path);
         Ok(())
@@ -503,7 +564,7 @@ impl SparseIndex {
         let next = self
             .next(key)
             .ok_or_else(|| Error::invalid("the last interval has nothing to merge with"))?;
-        let (_, partial, leaf_end) = self.leaf_mut(leaf);
+        let (_, partial, leaf_end, _) = self.leaf_mut(leaf);
         if j + 1 == partial.len() {
             // The next interval begins the next leaf: this one, last in its own, now
             // ends where that one ended.
@@ -511,9 +572,12 @@ impl SparseIndex {
         }
         let (path, _) = self.exact(&next.key)?;
         let (leaf, j) = end(&path);
-        let (keys, partial, _) = self.leaf_mut(leaf);
+        let (keys, partial, _, slots) = self.leaf_mut(leaf);
         keys.remove(j);
         partial.remove(j);
+        // The cache's entry for the absorbed interval, if any, has no slot from now
+        // on: the committer removes it from the cache next.
+        slots.remove(j);
         self.len -= 1;
         self.remove_empty(path);
         // A pivot that named the removed key (it began a subtree) must name the subtree's
@@ -548,7 +612,12 @@ impl SparseIndex {
 
     fn leaf_mut(&mut self, id: NodeId) -> LeafMut<'_> {
         match &mut self.nodes[id] {
-            Node::Leaf { keys, partial, end } => (keys, partial, end),
+            Node::Leaf {
+                keys,
+                partial,
+                end,
+                slots,
+            } => (keys, partial, end, slots),
             Node::Internal { .. } => unreachable!("paths end at leaves"),
         }
     }
@@ -580,18 +649,25 @@ impl SparseIndex {
                 return;
             }
             let (right, pivot) = match &mut self.nodes[id] {
-                Node::Leaf { keys, partial, end } => {
+                Node::Leaf {
+                    keys,
+                    partial,
+                    end,
+                    slots,
+                } => {
                     let half = keys.len() / 2;
                     let right_partial = partial.split_off(half);
                     let right = Node::Leaf {
                         keys: keys.split_off(half),
                         end: std::mem::replace(end, right_partial[0]),
                         partial: right_partial,
+                        slots: slots.split_off(half),
                     };
                     // The insert that overfilled the node doubled its vectors; left
                     // so, the half kept here would hold four times the room it uses.
                     keys.shrink_to_fit();
                     partial.shrink_to_fit();
+                    slots.shrink_to_fit();
                     let Node::Leaf { keys: rk, .. } = &right else {
                         unreachable!()
                     };

@@ -289,11 +289,11 @@ impl SortedStore {
         };
         // Shrinking one before growing the other keeps the two within the budget.
         if rows > 0 {
-            self.cache.set_capacity(left - rows);
+            self.cache.set_capacity(&st.index, left - rows);
             self.rows.set_capacity(rows as u64);
         } else {
             self.rows.set_capacity(0);
-            self.cache.set_capacity(left);
+            self.cache.set_capacity(&st.index, left);
         }
     }
 
@@ -314,9 +314,9 @@ impl SortedStore {
             self.counters.record_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(v));
         }
-        // With the lock free, the index finds the interval and the cache's hash map its
-        // entry; while the committer holds it, the cache's own floor search can find a
-        // cached interval without waiting.
+        // With the lock free, the index finds the interval and, beside it, the cached
+        // form if any; while the committer holds it, the cache's own floor search can
+        // find a cached interval without waiting.
         if let Some(st) = self.state.try_read() {
             return self.get_holding(&st, key);
         }
@@ -332,9 +332,7 @@ impl SortedStore {
     /// [`SortedStore::get`] under the lock.
     fn get_holding(&self, st: &State, key: &[u8]) -> Result<Option<Version>> {
         let at = st.index.locate(key);
-        let found = self
-            .cache
-            .get_with(st.index.key_of(at), |l| find_version(l, key));
+        let found = st.index.slot_at(at).read(|l| find_version(l, key));
         if let Some(found) = found {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(found);
@@ -514,7 +512,7 @@ impl SortedStore {
         // cache, a link or the hint (not a read of the space): a forward scan then
         // follows its link to the next (`interval::Next`), or makes one.
         let mut linkable = false;
-        st.index.walk_keys(start, forward, |key| {
+        st.index.walk_slots(start, forward, |key, slot| {
             let prev = out.last().filter(|_| linkable).map(|r| &r.interval);
             let linked = match hint.take() {
                 Some((_, l)) if key <= l.key(0) => Some(Arc::clone(l)),
@@ -526,7 +524,7 @@ impl SortedStore {
                     l.referenced.set();
                     Some(l)
                 }
-                None => self.cache.get(key).inspect(|l| {
+                None => slot.get().inspect(|l| {
                     if let Some(p) = prev {
                         p.next.set(epoch, l);
                     }
@@ -574,7 +572,7 @@ impl SortedStore {
 
     /// The interval `iv`, from the cache or else the space (not cached then).
     pub(crate) fn load(&self, st: &State, iv: &Interval) -> Result<Arc<Loaded>> {
-        if let Some(l) = self.cache.get(&iv.key) {
+        if let Some(l) = self.cache.get(&st.index, &iv.key) {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(l);
         }
@@ -606,7 +604,7 @@ impl SortedStore {
     /// Caches `l` as the interval keyed `key`, ending where the index says it ends.
     pub(crate) fn cache_put(&self, st: &State, key: &[u8], l: Arc<Loaded>) {
         let end = st.index.next(key).map(|n| n.key);
-        self.cache.put(key, end.as_deref(), l);
+        self.cache.put(&st.index, key, end.as_deref(), l);
     }
 
     /// Reads and verifies interval `iv` from the space.
@@ -708,7 +706,7 @@ impl SortedStore {
         }
         // Every cached interval is what the space holds, under an index key, ending
         // at or below where the index says it ends.
-        for entry in self.cache.entries().map_err(fail)? {
+        for entry in self.cache.entries(&st.index).map_err(fail)? {
             let (key, end, l) = entry.parts();
             let iv = st.index.find(key);
             if iv.key != key {
@@ -830,7 +828,7 @@ impl SortedStore {
         let starts = (0..loaded.len()).map(|j| loaded.span(j).0 as u32).collect();
         let mut fresh = Loaded::from_parts(bytes, starts);
         fresh.fragmented = loaded.fragmented;
-        if self.cache.get(&iv.key).is_some() {
+        if self.cache.get(&st.index, &iv.key).is_some() {
             self.cache_put(st, &iv.key, Arc::new(fresh));
         }
         self.rows.forget(key);
