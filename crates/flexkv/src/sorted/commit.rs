@@ -118,8 +118,8 @@ fn groups(st: &State, slice: &[Update]) -> Vec<Group> {
         let at = st.index.locate(&slice[i].key);
         let iv = st.index.interval_of(at);
         let cached = st.index.slot_at(at).peek();
-        let next = st.index.next(&iv.key).map(|n| n.key);
-        let n = slice[i..].partition_point(|u| next.as_ref().is_none_or(|k| *u.key < **k));
+        let next = st.index.next_key_of(at);
+        let n = slice[i..].partition_point(|u| next.as_deref().is_none_or(|k| *u.key < *k));
         groups.push((iv, i..i + n, cached));
         i += n;
     }

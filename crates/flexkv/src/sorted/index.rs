@@ -377,6 +377,22 @@ impl SparseIndex {
         }
     }
 
+    /// The key of the interval after the one at `at` (which the index has not changed
+    /// since it was found), if there is one: read from the same leaf unless `at` is
+    /// its last entry (one time in [`FANOUT`] or so), else found by
+    /// [`SparseIndex::next`]'s descent.
+    pub fn next_key_of(&self, at: Position) -> Option<std::borrow::Cow<'_, [u8]>> {
+        match &self.nodes[at.leaf] {
+            Node::Leaf { keys, .. } if at.j + 1 < keys.len() => {
+                Some(std::borrow::Cow::Borrowed(keys.get(at.j + 1)))
+            }
+            Node::Leaf { keys, .. } => self
+                .next(keys.get(at.j))
+                .map(|n| std::borrow::Cow::Owned(n.key)),
+            Node::Internal { .. } => unreachable!("paths end at leaves"),
+        }
+    }
+
     /// The first interval whose key is greater than `key`, if any.
     pub fn next(&self, key: &[u8]) -> Option<Interval> {
         self.successor(self.root, key, 0)

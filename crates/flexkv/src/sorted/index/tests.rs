@@ -242,3 +242,32 @@ fn nodes_keep_little_spare_room_under_scattered_splits() {
     println!("{} intervals, {ratio:.2} times their bytes", ix.len());
     assert!(ratio <= 1.25, "{ratio:.2} times the entries' bytes");
 }
+
+/// The next key from a position is the next interval's key, within a leaf and across
+/// leaves (a fanout of 4 puts most intervals at or next to a leaf's end).
+#[test]
+fn the_next_key_of_a_position_is_the_next_intervals() {
+    let mut ix = SparseIndex::with_fanout(4);
+    ix.resize(b"", 1 << 20).unwrap();
+    let mut rng = SmallRng::seed_from_u64(11);
+    for _ in 0..300 {
+        let k = key(rng.random());
+        let iv = ix.find(&k);
+        if iv.key != k && iv.size > 1 {
+            ix.split(&iv.key, iv.size / 2, &k).unwrap();
+        }
+    }
+    ix.check().unwrap();
+    let all = ix.intervals();
+    assert!(all.len() > 250, "{} intervals", all.len());
+    for (i, iv) in all.iter().enumerate() {
+        let want = all.get(i + 1).map(|n| n.key.as_slice());
+        // From the interval's own key and from a key inside it.
+        let mut inside = iv.key.clone();
+        inside.push(0);
+        for probe in [&iv.key, &inside] {
+            let got = ix.next_key_of(ix.locate(probe));
+            assert_eq!(got.as_deref(), want, "after {:?}", iv.key);
+        }
+    }
+}
