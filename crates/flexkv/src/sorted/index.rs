@@ -271,11 +271,11 @@ impl SparseIndex {
         (self.key_of(at) == key).then(|| self.slot_at(at))
     }
 
-    /// Every interval's key and cache slot, in key order.
-    pub(crate) fn slots(&self) -> Vec<(&[u8], &Slot)> {
+    /// Every interval's cache slot, in key order.
+    pub(crate) fn slots(&self) -> Vec<&Slot> {
         let mut out = Vec::with_capacity(self.len);
-        self.walk_slots(None, true, |k, s| {
-            out.push((k, s));
+        self.walk_slots(None, true, |_, s| {
+            out.push(s);
             true
         });
         out

@@ -19,7 +19,7 @@ const GC_RESERVE: usize = 2;
 /// The most segments one GC pass frees. A pass walks every extent of the space to
 /// find the victims' (about 0.2 s at 3M extents), so taking more at once spreads that
 /// walk: a 10M-pair load ran 25 passes instead of 98 at 16 against 4, relocating a
-/// seventh more bytes (the extra victims are a little fuller), and loaded 1.05–1.18×
+/// seventh more bytes (the extra victims are a little fuller), and loaded 1.04–1.18×
 /// faster (two alternating runs each, docs/benchmarks.md).
 const GC_VICTIMS: usize = 16;
 
@@ -463,8 +463,9 @@ impl FlexSpace {
     }
 
     /// Greedy GC (§4.1): relocates the live extents of the least-utilized segments, at
-    /// most [`GC_VICTIMS`] per pass and only those at most (K-1)/K full, so that each freed segment
-    /// pays for the space its relocations take; then syncs, which frees them.
+    /// most [`GC_VICTIMS`] per pass and only those at most (K-1)/K full, so that each
+    /// freed segment pays for the space its relocations take; then syncs, which frees
+    /// them.
     fn gc_pass(&mut self) -> Result<u64> {
         let k = self.opts.k();
         let limit = self.opts.segment_size / k * (k - 1);
@@ -532,8 +533,8 @@ impl FlexSpace {
         }
         // Read in address order, each checksummed block once: the pieces are mostly a
         // record or two long, and reading them in the space's order verified a whole
-        // 4 KiB block per piece, the same block again for each piece it holds.
-        // All into one buffer, each piece at its place in the space's order.
+        // 4 KiB block per piece, the same block again for each piece it holds. All go
+        // into one buffer, each piece at its place in the space's order.
         let mut starts = Vec::with_capacity(moves.len() + 1);
         let mut total = 0usize;
         for &(_, len, _) in &moves {
@@ -543,15 +544,15 @@ impl FlexSpace {
         starts.push(total);
         let mut by_addr: Vec<usize> = (0..moves.len()).collect();
         by_addr.sort_unstable_by_key(|&i| moves[i].2);
-        let mut datas = vec![0u8; total];
+        let mut bytes = vec![0u8; total];
         let mut block = BlockReader::default();
         for i in by_addr {
             let old = moves[i].2;
-            self.read_data_through(old, &mut datas[starts[i]..starts[i + 1]], &mut block)?;
+            self.read_data_through(old, &mut bytes[starts[i]..starts[i + 1]], &mut block)?;
         }
         // Written in the space's order, so pieces next to each other there stay so.
         for (i, &(off, _, old)) in moves.iter().enumerate() {
-            let data = &datas[starts[i]..starts[i + 1]];
+            let data = &bytes[starts[i]..starts[i + 1]];
             self.put_data(data, |s, at, new, n| {
                 s.stats.gc_bytes_relocated += n;
                 s.record(LogOp::Remap {
