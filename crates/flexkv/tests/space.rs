@@ -24,6 +24,7 @@ fn opts() -> SpaceOptions {
         log_grows_with_tree: false,
         max_data_size: None,
         gc_space_amplification: 1.5,
+        map_data: true,
         tree: FlexTreeOptions {
             leaf_capacity: 4,
             internal_capacity: 6,
@@ -133,6 +134,17 @@ fn random_op(rng: &mut SmallRng, size: u64) -> Op {
 /// Applies `op` to the space and the model; `Err` if the space failed (the model then
 /// holds the state the op would have made).
 fn apply(vfs: &FaultVfs, s: &mut Option<FlexSpace>, m: &mut Vec<u8>, op: Op) -> Result<(), Error> {
+    apply_in(&vfs.shared(), Path::new(DIR), s, m, op)
+}
+
+/// [`apply`] to a space in `dir` of any file system.
+fn apply_in(
+    vfs: &Arc<dyn Vfs>,
+    dir: &Path,
+    s: &mut Option<FlexSpace>,
+    m: &mut Vec<u8>,
+    op: Op,
+) -> Result<(), Error> {
     let size = m.len() as u64;
     let sp = s.as_mut().unwrap();
     match op {
@@ -187,7 +199,7 @@ fn apply(vfs: &FaultVfs, s: &mut Option<FlexSpace>, m: &mut Vec<u8>, op: Op) -> 
         Op::Reopen => {
             // A clean reopen: dropping syncs, so nothing is lost.
             *s = None;
-            *s = Some(FlexSpace::open(vfs.shared(), DIR, opts())?);
+            *s = Some(FlexSpace::open(Arc::clone(vfs), dir, opts())?);
             Ok(())
         }
     }
@@ -246,41 +258,7 @@ fn growing_without_gc_reads_match_a_plain_vec() {
         let mut m = Vec::new();
         let mut rng = SmallRng::seed_from_u64(seed);
         for i in 0..1_500 {
-            let size = m.len() as u64;
-            let at = rng.random_range(0..=size);
-            let len = if rng.random_bool(0.7) {
-                rng.random_range(1..3_000)
-            } else {
-                rng.random_range(3_000..30_000)
-            };
-            let op = match rng.random_range(0..100) {
-                0..=24 => Op::Insert {
-                    at,
-                    len,
-                    seed: rng.random(),
-                },
-                // Appends: the same extent grows across segment ends.
-                25..=44 => Op::Insert {
-                    at: size,
-                    len,
-                    seed: rng.random(),
-                },
-                45..=54 => Op::Write {
-                    at,
-                    len,
-                    seed: rng.random(),
-                },
-                55..=89 => Op::Read {
-                    at: at.saturating_sub(len as u64 / 2),
-                    len: len as u64,
-                },
-                90..=93 => Op::Sync,
-                94..=96 => Op::Defrag {
-                    at,
-                    len: len as u64,
-                },
-                _ => Op::Reopen,
-            };
+            let op = growing_op(&mut rng, m.len() as u64);
             apply(&vfs, &mut s, &mut m, op).unwrap_or_else(|e| panic!("op {i} {op:?}: {e}"));
             if i % 100 == 0 {
                 let sp = s.as_ref().unwrap();
@@ -299,6 +277,97 @@ fn growing_without_gc_reads_match_a_plain_vec() {
         sp.close().unwrap();
         assert_eq!(content(&open(&vfs, opts())), m);
     }
+}
+
+/// An operation of a space that only grows: inserts (a fifth of them appends, whose
+/// extent goes on across segment ends), overwrites, reads, syncs, defrags, reopens.
+fn growing_op(rng: &mut SmallRng, size: u64) -> Op {
+    let at = rng.random_range(0..=size);
+    let len = if rng.random_bool(0.7) {
+        rng.random_range(1..3_000)
+    } else {
+        rng.random_range(3_000..30_000)
+    };
+    match rng.random_range(0..100) {
+        0..=24 => Op::Insert {
+            at,
+            len,
+            seed: rng.random(),
+        },
+        25..=44 => Op::Insert {
+            at: size,
+            len,
+            seed: rng.random(),
+        },
+        45..=54 => Op::Write {
+            at,
+            len,
+            seed: rng.random(),
+        },
+        55..=89 => Op::Read {
+            at: at.saturating_sub(len as u64 / 2),
+            len: len as u64,
+        },
+        90..=93 => Op::Sync,
+        94..=96 => Op::Defrag {
+            at,
+            len: len as u64,
+        },
+        _ => Op::Reopen,
+    }
+}
+
+/// On the real file system the data file is read through a mapping that reaches past
+/// its end and is mapped again as the file grows. The space first grows, with no
+/// reopen, to many times the first window (every unverified read of `Op::Read` goes through the window where
+/// it spans the bytes), then churns with collapses and GC, so segments are freed,
+/// punched out and written again while mapped: every read must still match the model.
+#[test]
+fn reads_through_the_mapped_data_file_match_a_plain_vec() {
+    let dir = tempfile::tempdir().unwrap();
+    let vfs: Arc<dyn Vfs> = Arc::new(flexkv::io::RealVfs);
+    let first_window = 16 * opts().segment_size;
+    let mut s = Some(FlexSpace::open(Arc::clone(&vfs), dir.path(), opts()).unwrap());
+    assert_eq!(s.as_ref().unwrap().mapped_bytes(), first_window);
+    let mut m = Vec::new();
+    let mut rng = SmallRng::seed_from_u64(7);
+    let (mut widest, mut gc_passes) = (0, 0);
+    for i in 0..4_000 {
+        let op = if i < 1_500 {
+            // No reopen (which maps the file afresh) while it grows.
+            match growing_op(&mut rng, m.len() as u64) {
+                Op::Reopen => Op::Sync,
+                op => op,
+            }
+        } else {
+            random_op(&mut rng, m.len() as u64)
+        };
+        if matches!(op, Op::Reopen) {
+            gc_passes += s.as_ref().unwrap().stats().gc_passes;
+        }
+        apply_in(&vfs, dir.path(), &mut s, &mut m, op)
+            .unwrap_or_else(|e| panic!("op {i} {op:?}: {e}"));
+        let sp = s.as_ref().unwrap();
+        let file = std::fs::metadata(dir.path().join("flexspace.data"))
+            .unwrap()
+            .len();
+        assert!(
+            sp.mapped_bytes() >= file,
+            "op {i}: the window lags the file"
+        );
+        widest = widest.max(sp.mapped_bytes());
+        if i % 100 == 0 {
+            sp.check().unwrap();
+            assert_eq!(content(sp), m, "op {i}");
+        }
+    }
+    let sp = s.take().unwrap();
+    gc_passes += sp.stats().gc_passes;
+    assert!(widest > 2 * first_window, "the window never grew: {widest}");
+    assert!(gc_passes > 0, "no GC pass freed a segment");
+    sp.close().unwrap();
+    let back = FlexSpace::open(vfs, dir.path(), opts()).unwrap();
+    assert_eq!(content(&back), m);
 }
 
 /// The next operation of crash workload `workload`: a reopen becomes a sync (it needs a

@@ -232,7 +232,9 @@ impl Builder {
     /// leave, at least an eighth of the budget
     /// ([`Stats::cache_capacity_bytes`](crate::Stats::cache_capacity_bytes) and
     /// [`Stats::record_cache_capacity_bytes`](crate::Stats::record_cache_capacity_bytes)).
-    /// The memtables ([`Builder::memtable_size`]) are not part of it.
+    /// The memtables ([`Builder::memtable_size`]) are not part of it, nor the page
+    /// cache's pages that reads of the data files map into the process (see
+    /// [`SpaceOptions::map_data`](crate::space::SpaceOptions::map_data)).
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
         self.opts.cache_bytes = bytes;
         self
@@ -293,7 +295,8 @@ impl Builder {
     }
 
     /// The FlexSpace options of each keyspace (segment size, extent size, log size,
-    /// the space amplification its garbage collection keeps to).
+    /// the space amplification its garbage collection keeps to, whether its data file
+    /// is read through a mapping).
     pub fn space_options(mut self, opts: crate::space::SpaceOptions) -> Self {
         self.opts.space = opts;
         self

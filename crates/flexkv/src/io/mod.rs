@@ -19,6 +19,8 @@
 //!   have to re-do; callers treat a failed `sync` as fatal for what it covered.
 //! - A [`Mapped`] view ([`VfsFile::map`]) is only taken of bytes that nothing writes,
 //!   truncates or punches out while the view lives.
+//! - A [`Window`] ([`VfsFile::map_window`]) is read only at bytes the file has, and
+//!   only while nothing writes them.
 
 mod fault;
 mod real;
@@ -140,6 +142,15 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
         None
     }
 
+    /// A read-only mapping of the file's first `len` bytes that may reach past its
+    /// end and sees the file as it changes ([`Window`]), or `None` where the file
+    /// system offers none (the default, and the in-memory one: its reads must stay
+    /// operations it can count and fail).
+    fn map_window(&self, len: u64) -> Option<Window> {
+        let _ = len;
+        None
+    }
+
     /// Reads exactly `buf.len()` bytes from `offset`; reaching the end of the file first
     /// is an [`Error::Io`] of kind `UnexpectedEof`.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -187,6 +198,60 @@ impl Deref for Mapped {
 impl fmt::Debug for Mapped {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mapped").field("len", &self.len()).finish()
+    }
+}
+
+/// A shared read-only mapping of a file's first bytes, possibly reaching past its end
+/// ([`VfsFile::map_window`]): a file that grows in place (the FlexSpace data file) is
+/// read through it with no system call, as the page cache holds it, writes made
+/// through the file included.
+///
+/// Whoever reads through it keeps two rules. Only bytes the file has are read: a page
+/// wholly past the file's end raises `SIGBUS` when touched. And nothing writes the
+/// bytes while they are copied out: the copy is then the bytes as written.
+pub struct Window {
+    map: memmap2::MmapRaw,
+}
+
+impl Window {
+    /// How many bytes from the file's start the window spans.
+    pub fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Whether the window spans nothing.
+    pub fn is_empty(&self) -> bool {
+        self.map.len() == 0
+    }
+
+    /// Copies the `out.len()` bytes at `at` into `out`; `false` (nothing copied) where
+    /// the window does not span them all. The caller keeps the rules above.
+    #[allow(unsafe_code)]
+    pub fn copy_to(&self, at: u64, out: &mut [u8]) -> bool {
+        let Some(end) = at.checked_add(out.len() as u64) else {
+            return false;
+        };
+        if end > self.len() {
+            return false;
+        }
+        // SAFETY: `at..end` lies inside the mapping (checked above), which lives as
+        // long as `self`; `out` is a distinct buffer of the same length. A raw copy
+        // takes no reference to the mapping, whose bytes may change between copies
+        // (the caller makes sure not during one).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.map.as_ptr().add(at as usize),
+                out.as_mut_ptr(),
+                out.len(),
+            );
+        }
+        true
+    }
+}
+
+impl fmt::Debug for Window {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Window").field("len", &self.len()).finish()
     }
 }
 

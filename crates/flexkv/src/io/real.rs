@@ -14,7 +14,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rustix::fs::{fallocate, FallocateFlags};
 
-use super::{FileLock, Held, Mapped, OpenMode, Vfs, VfsFile};
+use super::{FileLock, Held, Mapped, OpenMode, Vfs, VfsFile, Window};
 use crate::{Error, Result};
 
 /// The operating system's file system.
@@ -158,6 +158,23 @@ impl VfsFile for RealFile {
         // Only advice: a refusal changes how pages are read, not what.
         let _ = map.advise(memmap2::Advice::Random);
         Some(Mapped(Held::Mmap(map)))
+    }
+
+    /// `mmap` of the first `len` bytes, read-only and shared, whatever the file's
+    /// length now (the mapping may reach past it), advised `MADV_RANDOM` as `map` is.
+    fn map_window(&self, len: u64) -> Option<Window> {
+        let size = usize::try_from(len).ok().filter(|&n| n > 0)?;
+        // A raw mapping hands out no reference to its bytes: `Window::copy_to` copies
+        // through a pointer, so bytes this process writes through the file change
+        // nothing Rust assumes fixed. `Window`'s callers read only bytes the file has
+        // (a page past its end would raise `SIGBUS`) and none that are being written.
+        let map = memmap2::MmapOptions::new()
+            .len(size)
+            .map_raw_read_only(&self.file)
+            .ok()?;
+        // Only advice: a refusal changes how pages are read, not what.
+        let _ = map.advise(memmap2::Advice::Random);
+        Some(Window { map })
     }
 
     fn read_two_at(&self, head: &mut [u8], body: &mut [u8], offset: u64) -> Result<usize> {

@@ -16,7 +16,9 @@
 //! was at some moment between the last acknowledged `sync` and the last change issued.
 //!
 //! Reads take `&self` and may run from many threads at once. Every change takes `&mut
-//! self`: wrap the space in a reader-writer lock to share it. A [`Placement`]
+//! self`: wrap the space in a reader-writer lock to share it. The data file is read
+//! through a mapping of it where the file system offers one ([`SpaceOptions::map_data`]):
+//! since only `&mut self` methods write the file, no read runs while bytes change. A [`Placement`]
 //! ([`FlexSpace::place`]) reads a range with no borrow of the space at all, while it
 //! changes; [`FlexSpace::placed`] then says whether what it read is the range's content.
 
@@ -30,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::flextree::{FlexTree, FlexTreeOptions, Run};
-use crate::io::{FileLock, OpenMode, Vfs, VfsFile};
+use crate::io::{FileLock, OpenMode, Vfs, VfsFile, Window};
 use crate::{Error, Result};
 use crc::{BlockSum, CrcTable};
 use log::{LogOp, LogWriter};
@@ -229,6 +231,13 @@ pub struct SpaceOptions {
     /// bytes (and at least four segments of garbage). At least 1.1; lower keeps the
     /// file smaller and relocates more. Default 1.5, as the value log's GC.
     pub gc_space_amplification: f64,
+    /// Reads the data file through a shared read-only mapping ([`crate::io::Window`])
+    /// where the file system offers one, instead of a `pread` each: a read of bytes in
+    /// the page cache is then a copy, with no system call. The pages read count in the
+    /// process's resident set (as a memory-mapped engine's do) while the kernel keeps
+    /// them mapped; they are the page cache's, which a `pread` fills as well. On by
+    /// default.
+    pub map_data: bool,
     /// Node capacities of the FlexTree.
     pub tree: FlexTreeOptions,
 }
@@ -242,6 +251,7 @@ impl Default for SpaceOptions {
             log_grows_with_tree: true,
             max_data_size: None,
             gc_space_amplification: 1.5,
+            map_data: true,
             tree: FlexTreeOptions::default(),
         }
     }
@@ -344,6 +354,10 @@ pub struct FlexSpace {
     opts: SpaceOptions,
     dir: PathBuf,
     data: Arc<dyn VfsFile>,
+    /// The data file mapped, if `map_data` and the file system allow: reads of bytes
+    /// in the file (below `Segments::file_len`) copy from it. It reaches past the file
+    /// and is mapped again larger when the file outgrows it ([`FlexSpace::fit_window`]).
+    window: Option<Window>,
     log_file: Arc<dyn VfsFile>,
     treefile: TreeFile,
     tree: FlexTree,
@@ -474,6 +488,7 @@ impl FlexSpace {
         let mut space = FlexSpace {
             opts,
             dir,
+            window: None,
             data,
             log_file,
             treefile,
@@ -488,6 +503,7 @@ impl FlexSpace {
             _lock: lock,
         };
         space.refresh_stats();
+        space.fit_window();
         if old_format {
             space.checkpoint()?;
         }
@@ -661,6 +677,14 @@ impl FlexSpace {
             self.check_fill(block, upto - start)?;
             at = upto;
         }
+        // Bytes outside the open segment that the file has are not being written:
+        // only a `&mut self` method writes the file, and segments are written only
+        // while open.
+        if let Some(w) = &self.window {
+            if end <= self.segs.file_len() && w.copy_to(addr, out) {
+                return Ok(());
+            }
+        }
         read_or_corrupt(&*self.data, out, addr)
     }
 
@@ -724,6 +748,34 @@ impl FlexSpace {
         let mut buf = vec![0u8; e.len.min(max_len) as usize];
         self.read(e.offset, &mut buf)?;
         Ok((e.offset, e.len, buf))
+    }
+
+    /// Maps the data file again if it has outgrown the window (or maps it the first
+    /// time), to twice its length rounded up to a power of two and at least sixteen
+    /// segments, so a growing file is mapped again a logarithmic number of times. A
+    /// refused mapping keeps the old window, which still serves what it spans.
+    pub(super) fn fit_window(&mut self) {
+        if !self.opts.map_data {
+            return;
+        }
+        let need = self.segs.file_len();
+        if self.window.as_ref().is_some_and(|w| w.len() >= need) {
+            return;
+        }
+        let len = need
+            .saturating_mul(2)
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX)
+            .max(16 * self.opts.segment_size);
+        if let Some(w) = self.data.map_window(len) {
+            self.window = Some(w);
+        }
+    }
+
+    /// How many bytes of the data file the window maps (0 without one): reads below
+    /// both this and the file's length copy from memory.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.window.as_ref().map_or(0, Window::len)
     }
 
     /// The tag of the extent that starts exactly at `off`, if one does.

@@ -51,6 +51,10 @@ pub(crate) struct Segments {
     /// are until it is opened again, so a read of its bytes is still good if this has
     /// not changed (see `FlexSpace::place`).
     opened: Vec<u32>,
+    /// The data file's length: what it was at open, or the end of the furthest write
+    /// since (the file is never truncated; freed segments are punched out, which keeps
+    /// the length).
+    file_len: u64,
 }
 
 impl Segments {
@@ -76,7 +80,13 @@ impl Segments {
             summed: 0,
             sums: Vec::new(),
             opened: vec![0; count],
+            file_len,
         }
+    }
+
+    /// The data file's length (see the field).
+    pub(crate) fn file_len(&self) -> u64 {
+        self.file_len
     }
 
     pub(crate) fn of(&self, addr: u64) -> usize {
@@ -149,6 +159,7 @@ impl Segments {
         }
         file.write_at(new, seg * self.size + self.flushed as u64)?;
         self.flushed = self.buf.len();
+        self.file_len = self.file_len.max(seg * self.size + self.flushed as u64);
         Ok(new.len() as u64)
     }
 

@@ -142,6 +142,7 @@ impl FlexSpace {
             return Ok(());
         }
         self.stats.data_bytes_written += self.segs.close_open(&*self.data)?;
+        self.fit_window();
         // The closed segment's data is read from the file from now on: its checksums go
         // into the table at once.
         self.absorb_sums();
@@ -175,7 +176,7 @@ impl FlexSpace {
             each(self, done as u64, addr, n as u64)?;
             done += n;
             if self.segs.unflushed() >= WRITE_BEHIND {
-                self.stats.data_bytes_written += self.segs.flush(&*self.data)?;
+                self.flush_data()?;
             }
         }
         Ok(())
@@ -366,11 +367,19 @@ impl FlexSpace {
         }
     }
 
+    /// Writes what the file does not have of the open segment, and maps the file
+    /// again if it outgrew the window: the window spans the whole file at all times.
+    fn flush_data(&mut self) -> Result<()> {
+        self.stats.data_bytes_written += self.segs.flush(&*self.data)?;
+        self.fit_window();
+        Ok(())
+    }
+
     fn commit(&mut self) -> Result<()> {
         self.absorb_sums();
         // Checksums are logged before the changes that refer to the data they cover.
         self.log.prepend(std::mem::take(&mut self.sum_ops));
-        self.stats.data_bytes_written += self.segs.flush(&*self.data)?;
+        self.flush_data()?;
         self.data.sync()?;
         self.log.commit(&*self.log_file)?;
         self.segs.log_committed();
