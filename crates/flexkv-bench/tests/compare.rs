@@ -70,6 +70,11 @@ fn every_workload_runs_and_is_measured() {
             assert!(p.ops > 0 && p.ops_per_sec > 0.0, "{p:?}");
             assert!(p.p50_us > 0.0 && p.p50_us <= p.p99_us && p.p99_us <= p.p999_us);
             assert!(p.peak_rss_mib > 1.0, "{p:?}");
+            // The executable's own pages are file pages, and part of the resident set.
+            assert!(
+                p.file_rss_mib > 0.0 && p.file_rss_mib <= p.peak_rss_mib,
+                "{p:?}"
+            );
         }
         assert!(
             std::fs::read_dir(dir.path()).unwrap().next().is_none(),

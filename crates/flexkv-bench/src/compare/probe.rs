@@ -22,6 +22,15 @@ pub fn peak_rss_kib() -> u64 {
     field("/proc/self/status", "VmHWM:").unwrap_or(0)
 }
 
+/// The file pages mapped into this process and resident now (`RssFile`): the page
+/// cache's pages that the process reads through mappings (an engine's mapped data
+/// files, and its own executable). They count in the resident set, and in its peak,
+/// but the kernel can drop them at any time: they are not memory the process holds as
+/// `malloc`'s is.
+pub fn file_rss_kib() -> u64 {
+    field("/proc/self/status", "RssFile:").unwrap_or(0)
+}
+
 static RESET_WARNED: AtomicBool = AtomicBool::new(false);
 
 /// Resets the peak resident set size to the current one (writing `5` to

@@ -154,15 +154,15 @@ pub fn markdown(report: &Report) -> String {
         }
         let _ = writeln!(
             out,
-            "\n| workload | engine | p50 µs | p99 µs | p99.9 µs | latency of | write amp | space amp | peak RSS MiB |"
+            "\n| workload | engine | p50 µs | p99 µs | p99.9 µs | latency of | write amp | space amp | peak RSS MiB | mapped file pages at end, MiB |"
         );
-        let _ = writeln!(out, "|---|---|---:|---:|---:|---|---:|---:|---:|");
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---|---:|---:|---:|---:|");
         for w in &names {
             for r in &runs {
                 if let Some(p) = phase(r, w) {
                     let _ = writeln!(
                         out,
-                        "| {w} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {:.0} |",
+                        "| {w} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {:.0} | {:.0} |",
                         r.engine,
                         p.p50_us,
                         p.p99_us,
@@ -170,7 +170,8 @@ pub fn markdown(report: &Report) -> String {
                         p.latency_unit,
                         opt(p.write_amp, 2),
                         opt(p.space_amp, 2),
-                        p.peak_rss_mib
+                        p.peak_rss_mib,
+                        p.file_rss_mib
                     );
                 }
             }
@@ -334,6 +335,7 @@ mod tests {
             live_bytes: 116_000,
             space_amp: Some(1.72),
             peak_rss_mib: 50.0,
+            file_rss_mib: 20.0,
             found: 1000,
         }
     }

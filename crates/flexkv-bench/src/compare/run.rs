@@ -221,6 +221,10 @@ pub struct PhaseResult {
     pub space_amp: Option<f64>,
     /// Peak resident memory during the phase, MiB.
     pub peak_rss_mib: f64,
+    /// Of the resident memory at the phase's end, the file pages mapped into the
+    /// process (`RssFile`; see [`probe::file_rss_kib`]), MiB.
+    #[serde(default)]
+    pub file_rss_mib: f64,
     /// Reads that found their key (a check on the harness and the engine).
     pub found: u64,
 }
@@ -432,6 +436,7 @@ impl Runner<'_> {
             live_bytes,
             space_amp: ratio(disk_bytes, live_bytes),
             peak_rss_mib: probe::peak_rss_kib() as f64 / 1024.0,
+            file_rss_mib: probe::file_rss_kib() as f64 / 1024.0,
             found: tally.found,
         };
         self.progress.finish(&result);

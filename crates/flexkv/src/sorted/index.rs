@@ -379,7 +379,7 @@ impl SparseIndex {
 
     /// The key of the interval after the one at `at` (which the index has not changed
     /// since it was found), if there is one: read from the same leaf unless `at` is
-    /// its last entry (one time in [`FANOUT`] or so), else found by
+    /// its last entry (one time in `FANOUT` or so), else found by
     /// [`SparseIndex::next`]'s descent.
     pub fn next_key_of(&self, at: Position) -> Option<std::borrow::Cow<'_, [u8]>> {
         match &self.nodes[at.leaf] {
