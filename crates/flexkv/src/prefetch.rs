@@ -1,8 +1,9 @@
 //! Asking the processor for memory before it is read: a hint per 64-byte cache line,
 //! which does not wait for the line. Used where the engine knows which bytes it will
 //! read next and the processor's own prefetchers cannot (they stop at each 4 KiB page):
-//! the records of a run a scan takes from a cached interval, and values read from the
-//! value log's mapping (see `vlog/cold.rs`).
+//! the records of a run a scan takes from a cached interval, values read from the
+//! value log's mapping (see `vlog/cold.rs`), and the runs of a range a FlexSpace reads
+//! through its window, with their checksum-table entries.
 //!
 //! The lines go to the second-level cache, which keeps more misses in flight than the
 //! first. On this project's machine (AMD EPYC), checking random 16 KiB values with

@@ -224,6 +224,14 @@ impl Window {
         self.map.len() == 0
     }
 
+    /// Asks the processor for the cache lines of the `len` bytes at `at` (a hint: it
+    /// reads nothing, and a page not mapped yet is skipped).
+    pub fn prefetch(&self, at: u64, len: usize) {
+        if at.saturating_add(len as u64) <= self.len() {
+            crate::prefetch::prefetch_bytes(self.map.as_ptr().wrapping_add(at as usize), len);
+        }
+    }
+
     /// Copies the `out.len()` bytes at `at` into `out`; `false` (nothing copied) where
     /// the window does not span them all. The caller keeps the rules above.
     #[allow(unsafe_code)]

@@ -39,6 +39,13 @@ impl CrcTable {
         self.dirty.insert(b / CHUNK);
     }
 
+    /// Asks for block `block`'s entry ahead of a `get`.
+    pub(crate) fn prefetch(&self, block: u64) {
+        if let Some(e) = self.sums.get(block as usize) {
+            crate::prefetch::prefetch(std::slice::from_ref(e));
+        }
+    }
+
     pub(crate) fn get(&self, block: u64) -> BlockSum {
         self.sums.get(block as usize).copied().unwrap_or_default()
     }

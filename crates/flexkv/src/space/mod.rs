@@ -613,6 +613,18 @@ impl FlexSpace {
     ) -> Result<(usize, usize)> {
         let mut runs = Vec::new();
         self.tree.query_into(off, buf.len() as u64, &mut runs)?;
+        if let Some(w) = &self.window {
+            // Every run's first lines and its checksum entry at once: their misses
+            // overlap instead of coming one run after another.
+            for r in &runs {
+                if let Some(a) = r.addr {
+                    if a + r.len <= self.segs.file_len() {
+                        w.prefetch(a, r.len.min(128) as usize);
+                        self.table.prefetch(a / crc::BLOCK);
+                    }
+                }
+            }
+        }
         let at = fill_runs(
             &runs,
             self.opts.segment_size,
