@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers panic on failure by design
 
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -84,15 +85,18 @@ fn insert_blocks(s: &mut FlexSpace, m: &mut Vec<u8>, count: u8, len: usize, divi
     }
 }
 
+/// A length from `usually` with probability `p`, else from `else_`.
+fn length(rng: &mut SmallRng, p: f64, usually: Range<usize>, else_: Range<usize>) -> usize {
+    if rng.random_bool(p) {
+        rng.random_range(usually)
+    } else {
+        rng.random_range(else_)
+    }
+}
+
 fn random_op(rng: &mut SmallRng, size: u64) -> Op {
     let at = rng.random_range(0..=size);
-    let small = |rng: &mut SmallRng| {
-        if rng.random_bool(0.8) {
-            rng.random_range(1..600)
-        } else {
-            rng.random_range(600..20_000)
-        }
-    };
+    let small = |rng: &mut SmallRng| length(rng, 0.8, 1..600, 600..20_000);
     match rng.random_range(0..100) {
         // Keep the space around 100-300 KiB: grow more when small, shrink when large.
         0..=29 => Op::Insert {
@@ -283,11 +287,7 @@ fn growing_without_gc_reads_match_a_plain_vec() {
 /// extent goes on across segment ends), overwrites, reads, syncs, defrags, reopens.
 fn growing_op(rng: &mut SmallRng, size: u64) -> Op {
     let at = rng.random_range(0..=size);
-    let len = if rng.random_bool(0.7) {
-        rng.random_range(1..3_000)
-    } else {
-        rng.random_range(3_000..30_000)
-    };
+    let len = length(rng, 0.7, 1..3_000, 3_000..30_000);
     match rng.random_range(0..100) {
         0..=24 => Op::Insert {
             at,
