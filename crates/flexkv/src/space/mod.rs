@@ -613,16 +613,14 @@ impl FlexSpace {
     ) -> Result<(usize, usize)> {
         let mut runs = Vec::new();
         self.tree.query_into(off, buf.len() as u64, &mut runs)?;
-        if let Some(w) = &self.window {
-            // Every run's first lines and its checksum entry at once: their misses
-            // overlap instead of coming one run after another.
-            for r in &runs {
-                if let Some(a) = r.addr {
-                    if a + r.len <= self.segs.file_len() {
-                        w.prefetch(a, r.len.min(128) as usize);
-                        self.table.prefetch(a / crc::BLOCK);
-                    }
-                }
+        // An unverified read copies from the window: every run's first lines and its
+        // checksum entry are asked for at once, so their misses overlap instead of
+        // coming one run after another. (A hint never faults, so bytes the file does
+        // not have yet need no test here; the copy makes it.)
+        if let Some(w) = self.window.as_ref().filter(|_| !verify) {
+            for (a, len) in runs.iter().filter_map(|r| r.addr.map(|a| (a, r.len))) {
+                w.prefetch(a, len.min(128) as usize);
+                self.table.prefetch(a / crc::BLOCK);
             }
         }
         let at = fill_runs(
