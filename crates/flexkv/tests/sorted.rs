@@ -266,6 +266,62 @@ fn point_reads_that_miss_find_what_the_model_holds() {
     db.check().unwrap();
 }
 
+/// Every key of `model` read back, point by point and by a forward and a backward scan.
+fn read_back(db: &Db, model: &std::collections::BTreeMap<u32, u32>, when: &str) {
+    for (&i, &round) in model {
+        assert_eq!(
+            db.get(&key(i)).unwrap(),
+            Some(val(i, round)),
+            "{when}: key {i}"
+        );
+    }
+    let want: Vec<(Vec<u8>, Vec<u8>)> = model.iter().map(|(&i, &r)| (key(i), val(i, r))).collect();
+    let got: Vec<_> = db.iter().map(|r| r.unwrap()).collect();
+    assert!(got == want, "{when}: a forward scan differs");
+    let back: Vec<_> = db.iter().rev().map(|r| r.unwrap()).collect();
+    assert!(
+        back.into_iter().rev().eq(want),
+        "{when}: a backward scan differs"
+    );
+}
+
+/// Reads of intervals from the space start at the spots the index keeps for them
+/// (with no search of the FlexTree) and see every change to them: the spots are
+/// taken after large commits (and at open) and by reads, and forgotten for each
+/// interval a commit changes. Overwrites with values of the same length change an interval's
+/// bytes but not its size, so a spot kept by mistake would read the old values.
+/// Small commits (below the size that takes every spot afresh) and large ones
+/// alternate; `check` compares every spot with the space.
+#[test]
+fn reads_at_spots_see_every_change_to_their_intervals() {
+    let vfs = FaultVfs::new(41);
+    let db = open_uncached(&vfs);
+    let mut model = std::collections::BTreeMap::new();
+    let all: Vec<u32> = (0..6_000).collect();
+    put_buffered(&db, &all, 0);
+    model.extend(all.iter().map(|&i| (i, 0)));
+    db.flush().unwrap();
+    read_back(&db, &model, "loaded");
+    let mut spots = db.stats().spot_reads;
+    assert!(spots > 3_000, "{spots} reads at spots");
+    let mut rng = SmallRng::seed_from_u64(41);
+    for round in 1..=8 {
+        // Odd rounds change a few keys, even ones a third of them.
+        let n = if round % 2 == 1 { 12 } else { 2_000 };
+        let keys: Vec<u32> = (0..n).map(|_| rng.random_range(0..6_000)).collect();
+        put_buffered(&db, &keys, round);
+        model.extend(keys.iter().map(|&i| (i, round)));
+        db.flush().unwrap();
+        read_back(&db, &model, &format!("round {round}"));
+        db.check().unwrap();
+        let now = db.stats().spot_reads;
+        assert!(now > spots, "round {round}: no read at a spot");
+        spots = now;
+    }
+    drop(db);
+    read_back(&open_uncached(&vfs), &model, "reopened at the end");
+}
+
 /// Writes keys 0..12,000 (every other one) to `db` in four shuffled rounds with
 /// commits every 500 puts and values of up to 700 bytes, so that intervals are spread
 /// over many extents; returns the model.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use flexkv::flextree::FlexTreeOptions;
 use flexkv::io::{CrashMode, FaultVfs, Vfs};
-use flexkv::space::{FlexSpace, Placement, SpaceOptions};
+use flexkv::space::{FlexSpace, Placement, SpaceOptions, Spot};
 use flexkv::Error;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -183,9 +183,22 @@ fn apply_in(
             );
             // The unverified read returns the same bytes and counts the extents read.
             let mut raw = vec![0u8; len as usize];
-            let extents = sp.read_self_checked(at, &mut raw)?;
+            let (extents, spot) = sp.read_self_checked(at, &mut raw)?;
             assert_eq!(raw, buf, "unverified read at {at}+{len}");
             assert_eq!(extents, sp.extents_in(at, len), "extents at {at}+{len}");
+            // Only a range in one piece has a spot, from which it reads the same.
+            assert!(
+                spot.is_none() || extents == 1,
+                "a spot for {extents} extents"
+            );
+            if let Some(spot) = spot {
+                let mut again = vec![0u8; len as usize];
+                assert_eq!(
+                    sp.read_spot_while(spot, &mut again, |_| true)?,
+                    Some(len as usize)
+                );
+                assert_eq!(again, buf, "read at the spot of {at}+{len}");
+            }
             Ok(())
         }
         Op::Tag { at, tag } if at < size => {
@@ -1110,7 +1123,7 @@ fn an_unverified_read_takes_an_extents_split_halves_in_one_read() {
 
     let mut buf = vec![0u8; 3_100];
     let before = vfs.op_count();
-    assert_eq!(s.read_self_checked(0, &mut buf).unwrap(), 3);
+    assert_eq!(s.read_self_checked(0, &mut buf).unwrap(), (3, None));
     assert_eq!(
         vfs.op_count() - before,
         2,
@@ -1123,7 +1136,7 @@ fn an_unverified_read_takes_an_extents_split_halves_in_one_read() {
     for (runs, reads, filled) in [(1, 1, 1_500), (2, 2, 1_600), (3, 2, 3_100)] {
         let mut buf = vec![0u8; 3_100];
         let (before, mut seen) = (vfs.op_count(), 0);
-        let (extents, read) = s
+        let (extents, read, spot) = s
             .read_self_checked_while(0, &mut buf, |_| {
                 seen += 1;
                 seen < runs
@@ -1131,6 +1144,7 @@ fn an_unverified_read_takes_an_extents_split_halves_in_one_read() {
             .unwrap();
         assert_eq!(vfs.op_count() - before, reads, "reads for {runs} runs");
         assert_eq!(extents, 3, "every extent of the range counted, read or not");
+        assert_eq!(spot, None, "three pieces have no spot");
         assert_eq!(read, filled);
         assert_eq!(buf[..filled], m[..filled]);
     }
@@ -1227,6 +1241,130 @@ fn a_range_still_placed_reads_as_the_space_holds_it() {
     assert!(confirmed > 5_000, "confirmed {confirmed}");
     assert!(refused > 5_000, "refused {refused}");
     assert!(buffered > 100, "not placed {buffered}");
+}
+
+/// A range with the spot a read found it at, and its bytes then.
+struct Spotted {
+    spot: Spot,
+    off: u64,
+    bytes: Vec<u8>,
+}
+
+/// Moves `t` as `op` (on a space of `size` bytes) moves its range; `false` if `op`
+/// changes the range's bytes, when a [`Spot`]'s keeper must drop it.
+fn follow_spot(t: &mut Spotted, op: Op, size: u64) -> bool {
+    let end = t.off + t.bytes.len() as u64;
+    match op {
+        Op::Insert { at, len, .. } => {
+            let at = at.min(size);
+            if at <= t.off {
+                t.off += len as u64;
+            }
+            at <= t.off || at >= end
+        }
+        Op::Write { at, len, .. } => {
+            let at = at.min(size);
+            at + len as u64 <= t.off || at >= end
+        }
+        Op::Collapse { at, len } => {
+            let at = at.min(size);
+            let len = len.min(size - at);
+            if at + len <= t.off {
+                t.off -= len;
+                true
+            } else {
+                at >= end
+            }
+        }
+        // A reopen ends every spot: a spot belongs to the space that made it.
+        Op::Reopen => false,
+        _ => true,
+    }
+}
+
+/// [`FlexSpace::read_spot_while`] (the sorted keyspace keeps a spot per interval and
+/// reads there without searching the tree): a spot reads its range's bytes for as long
+/// as nothing changed them, through inserts and collapses around the range and the
+/// moves that keep its bytes (GC, defrags, syncs), until its segment is freed, when it
+/// refuses. Spots are taken at random through random operations and dropped when an
+/// operation changes their range, as a keeper of spots must; a reopen ends them. Run
+/// on the fault-injecting file system (reads by `pread`) and on the real one (reads
+/// through the mapped window, in steps).
+#[test]
+fn a_spot_reads_its_range_until_its_segment_is_freed() {
+    let (mut confirmed, mut refused, mut spotless) = (0, 0, 0);
+    for seed in 0..5u64 {
+        let tmp = tempfile::tempdir().unwrap();
+        let (vfs, dir): (Arc<dyn Vfs>, &Path) = match seed {
+            4 => (Arc::new(flexkv::io::RealVfs), tmp.path()),
+            _ => (FaultVfs::new(seed).shared(), Path::new(DIR)),
+        };
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut s = Some(FlexSpace::open(Arc::clone(&vfs), dir, opts()).unwrap());
+        let mut m = Vec::new();
+        let mut tracked: Vec<Spotted> = Vec::new();
+        for step in 0..2_500 {
+            let op = random_op(&mut rng, m.len() as u64);
+            let size = m.len() as u64;
+            tracked.retain_mut(|t| follow_spot(t, op, size));
+            apply_in(&vfs, dir, &mut s, &mut m, op).unwrap();
+            let sp = s.as_ref().unwrap();
+            for t in &tracked {
+                let want = &m[t.off as usize..t.off as usize + t.bytes.len()];
+                assert_eq!(t.bytes, want, "the model moved the range wrong");
+                let mut buf = vec![0u8; t.bytes.len()];
+                let mut asked = 0;
+                let read = sp.read_spot_while(t.spot, &mut buf, |_| {
+                    asked += 1;
+                    true
+                });
+                match read.unwrap() {
+                    Some(n) => {
+                        assert_eq!(n, buf.len());
+                        assert!(
+                            buf == t.bytes,
+                            "seed {seed} step {step}: range at {}",
+                            t.off
+                        );
+                        assert!(asked >= 1);
+                        confirmed += 1;
+                    }
+                    None => {
+                        assert_eq!(asked, 0, "a refused spot read something");
+                        refused += 1;
+                    }
+                }
+            }
+            if m.is_empty() || !rng.random_bool(0.3) {
+                continue;
+            }
+            let off = rng.random_range(0..m.len() as u64);
+            let len = rng.random_range(1..=(m.len() as u64 - off).min(3_000));
+            let mut buf = vec![0u8; len as usize];
+            let (extents, spot) = sp.read_self_checked(off, &mut buf).unwrap();
+            assert!(
+                spot.is_none() || extents == 1,
+                "a spot for {extents} extents"
+            );
+            match spot {
+                Some(spot) => {
+                    tracked.push(Spotted {
+                        spot,
+                        off,
+                        bytes: buf,
+                    });
+                    if tracked.len() > 24 {
+                        tracked.remove(0);
+                    }
+                }
+                None => spotless += 1,
+            }
+        }
+    }
+    // Each way was taken often: the checks above were not vacuous.
+    assert!(confirmed > 5_000, "confirmed {confirmed}");
+    assert!(refused > 500, "refused {refused}");
+    assert!(spotless > 100, "no spot {spotless}");
 }
 
 /// Garbage collection verifies what it moves: with one data byte flipped, a pass either

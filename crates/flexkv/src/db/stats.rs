@@ -71,6 +71,11 @@ pub struct Stats {
     /// because reads kept fetching them from the FlexSpace in scattered extents (see
     /// the design's "reads that defragment").
     pub read_defrags: u64,
+    /// Intervals read from the FlexSpace at the spot a read of them left in the sparse
+    /// index (where they lay in one piece), with no search of the FlexTree (see the
+    /// design's "Spots"; counted in `cache_misses` too, or not at all for point reads
+    /// the record cache then keeps).
+    pub spot_reads: u64,
     /// Intervals the committer split off a grown interval (one per new interval).
     pub interval_splits: u64,
     /// Intervals the committer merged into a neighbour (emptied ones, and two small
@@ -213,6 +218,7 @@ impl Inner {
             defrags: sum(&|s| get(&s.counters.defrags)),
             intervals_read_ahead: sum(&|s| get(&s.counters.read_ahead)),
             read_defrags: sum(&|s| get(&s.counters.read_defrags)),
+            spot_reads: sum(&|s| get(&s.counters.spot_reads)),
             interval_splits: sum(&|s| get(&s.counters.splits)),
             interval_merges: sum(&|s| get(&s.counters.merges)),
             intervals: shapes.iter().map(|s| s.0).sum(),

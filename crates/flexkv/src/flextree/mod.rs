@@ -202,7 +202,7 @@ impl FlexTree {
         self.opts
     }
 
-    fn check_range(&self, what: &str, off: u64, len: u64) -> Result<()> {
+    pub(crate) fn check_range(&self, what: &str, off: u64, len: u64) -> Result<()> {
         match off.checked_add(len) {
             Some(end) if end <= self.size => Ok(()),
             _ => Err(Error::invalid(format!(

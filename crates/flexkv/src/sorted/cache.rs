@@ -40,6 +40,7 @@ use smallvec::SmallVec;
 use super::doorkeeper::Doorkeeper;
 use super::index::SparseIndex;
 use super::interval::Loaded;
+use crate::space::Spot;
 
 /// Bytes of bookkeeping per entry beyond its interval and keys, for the budget: the
 /// skip-list node and the ring slot. (The index's [`Slot`]s are the index's memory,
@@ -56,50 +57,118 @@ const PER_ENTRY: usize = 128;
 /// under the keyspace's read lock, which keeps the index (and so the slot's place)
 /// still; the lock inside the slot is for the cache, which may replace or evict an
 /// entry while other readers hold the keyspace's lock shared too.
+///
+/// A slot also keeps the interval's [`Spot`] once a read found the interval in one
+/// piece: a later read of it from the space then skips the FlexTree's descent, which
+/// was a quarter of a point read's time at 10M pairs (docs/design.md, "Spots"). Reads
+/// leave spots under the keyspace's read lock: the space does not change meanwhile,
+/// so every read then finds the same one. The committer forgets an interval's spot
+/// before it changes the interval's records ([`SparseIndex::find_to_edit`]).
 #[derive(Debug, Default)]
-pub(crate) struct Slot(RwLock<Option<Arc<Loaded>>>);
+pub(crate) struct Slot(RwLock<Held>);
+
+#[derive(Debug)]
+struct Held {
+    loaded: Option<Arc<Loaded>>,
+    /// The spot's address ([`NO_SPOT`]: none) and opening count, apart: as an
+    /// `Option<Spot>` they took 24 bytes, not 16, in every interval's slot.
+    spot_addr: u64,
+    spot_opened: u32,
+}
+
+/// [`Held::spot_addr`] of a slot with no spot.
+const NO_SPOT: u64 = u64::MAX;
+
+impl Default for Held {
+    fn default() -> Self {
+        Held {
+            loaded: None,
+            spot_addr: NO_SPOT,
+            spot_opened: 0,
+        }
+    }
+}
+
+impl Held {
+    fn spot(&self) -> Option<Spot> {
+        (self.spot_addr != NO_SPOT).then_some(Spot {
+            addr: self.spot_addr,
+            opened: self.spot_opened,
+        })
+    }
+
+    fn set_spot(&mut self, spot: Option<Spot>) {
+        (self.spot_addr, self.spot_opened) = spot.map_or((NO_SPOT, 0), |s| (s.addr, s.opened));
+    }
+}
 
 impl Slot {
     /// What `read` makes of the interval held here, if any (marked recently used),
     /// without taking a reference to it: a point read that copies its record out needs
     /// none, and a reference count is an atomic write to a line the read would
-    /// otherwise only load.
-    pub(crate) fn read<R>(&self, read: impl FnOnce(&Loaded) -> R) -> Option<R> {
+    /// otherwise only load. If none is held, the spot kept here, if any.
+    pub(crate) fn read_or_spot<R>(
+        &self,
+        read: impl FnOnce(&Loaded) -> R,
+    ) -> std::result::Result<R, Option<Spot>> {
         let held = self.0.read();
-        let l = held.as_deref()?;
-        l.referenced.set();
-        Some(read(l))
+        match held.loaded.as_deref() {
+            Some(l) => {
+                l.referenced.set();
+                Ok(read(l))
+            }
+            None => Err(held.spot()),
+        }
     }
 
     /// The interval held here, if any, marked recently used.
     pub(crate) fn get(&self) -> Option<Arc<Loaded>> {
         let held = self.0.read();
-        let l = held.as_ref()?;
+        let l = held.loaded.as_ref()?;
         l.referenced.set();
         Some(Arc::clone(l))
     }
 
     /// The interval held here, if any, not marked used.
     pub(crate) fn peek(&self) -> Option<Arc<Loaded>> {
-        self.0.read().clone()
+        self.0.read().loaded.clone()
+    }
+
+    /// The spot kept here, if any.
+    pub(crate) fn spot(&self) -> Option<Spot> {
+        self.0.read().spot()
+    }
+
+    /// Keeps `spot` (a read's, under the keyspace's read lock) from now on.
+    pub(crate) fn set_spot(&self, spot: Option<Spot>) {
+        self.0.write().set_spot(spot);
+    }
+
+    /// Forgets the spot: the interval's records are about to change.
+    pub(crate) fn forget_spot(&mut self) {
+        self.0.get_mut().set_spot(None);
     }
 
     /// Whether this slot holds `l` itself.
     fn holds(&self, l: &Arc<Loaded>) -> bool {
-        self.0.read().as_ref().is_some_and(|h| Arc::ptr_eq(h, l))
+        self.0
+            .read()
+            .loaded
+            .as_ref()
+            .is_some_and(|h| Arc::ptr_eq(h, l))
     }
 
     /// Holds `l` from now on; returns what it held, for the caller to drop after the
     /// slot's lock is let go.
     fn set(&self, l: Arc<Loaded>) -> Option<Arc<Loaded>> {
-        self.0.write().replace(l)
+        self.0.write().loaded.replace(l)
     }
 
     /// Empties the slot if it holds `l`; returns what it held then.
     fn clear_if(&self, l: &Arc<Loaded>) -> Option<Arc<Loaded>> {
         let mut held = self.0.write();
-        if held.as_ref().is_some_and(|h| Arc::ptr_eq(h, l)) {
-            held.take()
+        if held.loaded.as_ref().is_some_and(|h| Arc::ptr_eq(h, l)) {
+            held.loaded.take()
         } else {
             None
         }
@@ -602,7 +671,7 @@ mod tests {
         assert_eq!(c.entries(&c.index).unwrap().len(), 2);
         // A read finds the interval through the slot at its place in the index.
         let at = c.index.locate(b"b0");
-        assert_eq!(c.index.slot_at(at).read(|l| l.len()), Some(3));
+        assert_eq!(c.index.slot_at(at).read_or_spot(|l| l.len()), Ok(3));
         // Splitting `a` adds an empty slot beside it; its pieces are cached after.
         c.index.split(b"a", 0, b"a5").unwrap();
         assert!(c.index.slot_of(b"a5").unwrap().peek().is_none());

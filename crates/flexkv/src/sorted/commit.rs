@@ -37,6 +37,9 @@ const PARALLEL_READS: usize = 32;
 const REWRITE_SLICE: usize = 16;
 /// Intervals rewritten for the reads that may wait for a sync of the space.
 const REWRITE_SYNC: u64 = 1024;
+/// A commit of at least 1 / this of the intervals' count in keys leaves every
+/// interval's spot in its slot afterwards ([`SortedStore::refresh_spots`]).
+const SPOTS_AFTER: usize = 8;
 /// The longest the committer holds a keyspace's write lock before it lets waiting
 /// readers in (it checks between intervals, so a hold can pass it by one interval).
 const SECTION: Duration = Duration::from_micros(200);
@@ -183,7 +186,9 @@ impl SortedStore {
         let mut next = Vec::with_capacity(SLICE);
         let mut ahead = Ahead::new();
         let mut read_many = false;
+        let mut keys = 0;
         while !slice.is_empty() {
+            keys += slice.len();
             next.clear();
             next.extend(updates.by_ref().take(SLICE));
             let current = std::mem::take(&mut ahead);
@@ -219,7 +224,13 @@ impl SortedStore {
             }
             std::mem::swap(&mut slice, &mut next);
         }
-        self.fit_cache(&self.state.read());
+        let st = self.state.read();
+        self.fit_cache(&st);
+        // Each interval changed lost its spot; past a few, one walk of the space puts
+        // them back at once, where reads would each search the tree again first.
+        if keys >= st.index.len() / SPOTS_AFTER {
+            self.refresh_spots(&st);
+        }
         Ok(())
     }
 
@@ -479,7 +490,7 @@ impl SortedStore {
         for u in plan.ups {
             self.rows.forget(&u.key);
         }
-        let iv = st.index.find(&plan.ups[0].key);
+        let iv = st.index.find_to_edit(&plan.ups[0].key);
         let old = if iv.key == plan.key && iv.size == plan.size {
             plan.old
         } else {
@@ -537,7 +548,7 @@ impl SortedStore {
                         continue;
                     }
                     // The read counts the extents from the same search of the tree.
-                    let (l, extents) = self.read_interval_counted(&st.space, &iv)?;
+                    let (l, extents) = self.read_interval_at(&st.space, &iv, None, None)?;
                     if scattered(&st.space, &iv, extents) {
                         read.push((iv.offset, l));
                     }

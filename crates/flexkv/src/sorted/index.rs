@@ -228,6 +228,17 @@ impl SparseIndex {
         self.interval_at(leaf, j, shift)
     }
 
+    /// [`SparseIndex::find`] for a caller about to change the interval's records: its
+    /// slot forgets the interval's [`Spot`](crate::space::Spot).
+    pub(crate) fn find_to_edit(&mut self, key: &[u8]) -> Interval {
+        let (leaf, j, shift) = self.walk(key, |_, _| {});
+        match &mut self.nodes[leaf] {
+            Node::Leaf { slots, .. } => slots[j].forget_spot(),
+            Node::Internal { .. } => unreachable!("paths end at leaves"),
+        }
+        self.interval_at(leaf, j, shift)
+    }
+
     /// The index key of the interval that holds `key` ([`SparseIndex::find`] without
     /// copying anything).
     pub fn find_key(&self, key: &[u8]) -> &[u8] {
@@ -302,6 +313,27 @@ impl SparseIndex {
         forward: bool,
         mut visit: impl FnMut(&'a [u8], &'a Slot) -> bool,
     ) {
+        self.walk_intervals(from, forward, |key, _, _, slot| visit(key, slot));
+    }
+
+    /// Tells `visit` every interval's size and cache slot, in key order (so each
+    /// interval starts where the one before it ended, the first at 0).
+    pub(crate) fn walk_sizes(&self, mut visit: impl FnMut(u64, &Slot)) {
+        self.walk_intervals(None, true, |_, _, size, slot| {
+            visit(size, slot);
+            true
+        });
+    }
+
+    /// [`SparseIndex::walk_slots`], telling `visit` each interval's offset and size
+    /// too: the first's from the path down to it, each later one's from its neighbour
+    /// (intervals lie end to end), with no search.
+    pub(crate) fn walk_intervals<'a>(
+        &'a self,
+        from: Option<&[u8]>,
+        forward: bool,
+        mut visit: impl FnMut(&'a [u8], u64, u64, &'a Slot) -> bool,
+    ) {
         let mut path = match from {
             Some(key) => self.descend(key).0,
             None => {
@@ -310,15 +342,37 @@ impl SparseIndex {
                 path
             }
         };
+        // Forward, where the next interval starts; backward, where the last one
+        // visited does (so where the next one ends). `None` before the first.
+        let mut cursor: Option<u64> = None;
         loop {
             let (leaf, j) = end(&path);
-            let Node::Leaf { keys, slots, .. } = &self.nodes[leaf] else {
+            let Node::Leaf {
+                keys,
+                partial,
+                end,
+                slots,
+            } = &self.nodes[leaf]
+            else {
                 unreachable!("paths end at leaves")
             };
+            let shift = cursor.is_none().then(|| self.path_shift(&path));
+            let mut visit = |i| {
+                let size = size_in(partial, *end, i);
+                let offset = match (cursor, shift) {
+                    (Some(c), _) if forward => c,
+                    (Some(c), _) => c - size,
+                    (None, Some(shift)) => u64::try_from(partial[i] + shift)
+                        .unwrap_or_else(|_| unreachable!("offsets are never negative")),
+                    (None, None) => unreachable!("the first leaf's shift is known"),
+                };
+                cursor = Some(if forward { offset + size } else { offset });
+                visit(keys.get(i), offset, size, &slots[i])
+            };
             let more = if forward {
-                (j..keys.len()).all(|i| visit(keys.get(i), &slots[i]))
+                (j..keys.len()).all(&mut visit)
             } else {
-                (0..=j).rev().all(|i| visit(keys.get(i), &slots[i]))
+                (0..=j).rev().all(&mut visit)
             };
             if !more {
                 return;
@@ -347,6 +401,16 @@ impl SparseIndex {
                 path.pop();
             }
         }
+    }
+
+    /// The sum of the shifts of the children a path takes.
+    fn path_shift(&self, path: &Path) -> i64 {
+        (path.iter())
+            .map(|&(id, c)| match &self.nodes[id] {
+                Node::Internal { shifts, .. } => shifts[c],
+                Node::Leaf { .. } => 0,
+            })
+            .sum()
     }
 
     /// Extends `path` from node `id` down its first entries (`forward`) or its last.

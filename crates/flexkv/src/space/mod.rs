@@ -49,6 +49,10 @@ const LOCK_FILE: &str = "flexspace.lock";
 /// cache costs about what one more system call does.
 const SPAN_GAP: u64 = 4096;
 
+/// A read from a [`Spot`] copies this many bytes before it asks whether to go on: a
+/// point read wants its interval only up to its record (half of it, on average).
+const SPOT_STEP: usize = 512;
+
 /// The runs of an unverified read grouped into *spans*: runs that lie in the same
 /// segment within [`SPAN_GAP`] bytes of each other are read with one `pread`, the gaps
 /// between them included, and copied into place. An insert into the middle of an
@@ -169,6 +173,99 @@ impl Placement {
             true
         })
         .map(drop)
+    }
+}
+
+/// Where a range of a [`FlexSpace`] lay in its data file when a read found it in one
+/// piece inside one segment ([`FlexSpace::read_self_checked_while`]): a caller that
+/// keeps it can read the range again with [`FlexSpace::read_spot_while`], without a
+/// search of the tree, for as long as nothing it keeps track of changed the range.
+///
+/// The space vouches only for the bytes at the spot: they stay what they were until
+/// their segment is freed (checked on every read: the segment's opening count and
+/// state). That the range still holds those bytes is the caller's to know: it must
+/// drop the spot whenever it changes the range's content. Moves that keep the content
+/// (garbage collection, [`FlexSpace::rewrite`], defragmentation) leave the old copy
+/// where it was until its segment is freed, so they need no such care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spot {
+    pub(crate) addr: u64,
+    /// The segment's opening count when the read found the range there.
+    pub(crate) opened: u32,
+}
+
+/// Reads of ranges in logical order with one walk of the tree's extents for all of
+/// them, from [`FlexSpace::cursor`]: a read that starts where the one before it ended
+/// takes its runs from where that one stopped, where a read on its own searches the
+/// tree from the root. A scan reads intervals that lie end to end; at 10M pairs the
+/// search was a quarter of a read's time (docs/design.md, "Spots").
+pub struct Cursor<'a> {
+    space: &'a FlexSpace,
+    extents: crate::flextree::Extents<'a>,
+    /// The extent holding `off`, if any.
+    current: Option<crate::flextree::Extent>,
+    /// Where the last range asked for ended.
+    off: u64,
+    runs: Vec<Run>,
+}
+
+impl Cursor<'_> {
+    /// The spot of the `len` bytes after the ranges asked for so far, if they lie in
+    /// one piece inside one segment.
+    pub fn spot(&mut self, len: u64) -> Option<Spot> {
+        self.take_runs(len);
+        self.space.spot_of(&self.runs)
+    }
+
+    /// Moves the cursor past the `len` bytes at `off` without reading them, if it is
+    /// at `off` (a reader that got them elsewhere keeps its walk going); otherwise the
+    /// next read searches the tree.
+    pub fn pass(&mut self, off: u64, len: u64) {
+        if off == self.off {
+            self.take_runs(len);
+        }
+    }
+
+    /// [`FlexSpace::read_self_checked`] of `buf.len()` bytes at `off`, continuing the
+    /// walk if `off` is where the last read ended.
+    pub fn read_self_checked(&mut self, off: u64, buf: &mut [u8]) -> Result<(usize, Option<Spot>)> {
+        self.space
+            .tree
+            .check_range("query", off, buf.len() as u64)?;
+        if off != self.off {
+            self.extents = self.space.tree.extents_from(off);
+            self.current = self.extents.next();
+            self.off = off;
+        }
+        self.take_runs(buf.len() as u64);
+        self.space.fill_runs_of(&self.runs, buf, false, |_| true)?;
+        Ok((self.runs.len(), self.space.spot_of(&self.runs)))
+    }
+
+    /// The runs of the `len` bytes from where the cursor is into `runs`; the cursor
+    /// moves past them. (Past the space's end there are none.)
+    fn take_runs(&mut self, len: u64) {
+        self.runs.clear();
+        let (from, to) = (self.off, self.off + len);
+        self.off = to;
+        while let Some(e) = self.current {
+            let end = e.offset + e.len;
+            if e.offset >= to {
+                break;
+            }
+            if end > from {
+                let (a, b) = (from.max(e.offset), to.min(end));
+                self.runs.push(Run {
+                    addr: e.addr.map(|x| x + (a - e.offset)),
+                    len: b - a,
+                });
+            }
+            if end > to {
+                // The next range starts in this extent.
+                break;
+            }
+            self.current = self.extents.next();
+        }
     }
 }
 
@@ -533,9 +630,9 @@ impl FlexSpace {
     /// record as written are still refused with `Corruption`. Returns how many extents
     /// the bytes came from (as [`extents_in`](Self::extents_in) counts them, without a
     /// second search of the tree).
-    pub fn read_self_checked(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
+    pub fn read_self_checked(&self, off: u64, buf: &mut [u8]) -> Result<(usize, Option<Spot>)> {
         self.read_runs(off, buf, false, |_| true)
-            .map(|(runs, _)| runs)
+            .map(|(runs, _, spot)| (runs, spot))
     }
 
     /// Reads like [`read_self_checked`](Self::read_self_checked), filling `buf` one
@@ -544,15 +641,78 @@ impl FlexSpace {
     /// for one record in a range stops where it finds it, and runs further on cost no
     /// read unless they share one with a run already needed (see `Spans`).
     /// Returns how many extents map the whole range, read or not (as
-    /// [`read_self_checked`](Self::read_self_checked) does), and how many bytes were
-    /// filled.
+    /// [`read_self_checked`](Self::read_self_checked) does), how many bytes were
+    /// filled, and, if the whole range lies in one piece inside one segment, its
+    /// [`Spot`].
     pub fn read_self_checked_while(
         &self,
         off: u64,
         buf: &mut [u8],
         more: impl FnMut(&[u8]) -> bool,
-    ) -> Result<(usize, usize)> {
+    ) -> Result<(usize, usize, Option<Spot>)> {
         self.read_runs(off, buf, false, more)
+    }
+
+    /// Reads like [`read_self_checked_while`](Self::read_self_checked_while) from
+    /// `spot`, a range of `buf.len()` bytes that a read found there, with no search of
+    /// the tree; `more` is asked after every [`SPOT_STEP`] bytes (with a window; else
+    /// once, after one read of the whole range). Returns how many
+    /// bytes were filled, or `None` (nothing read) if the spot's segment has been freed
+    /// since, when its bytes may no longer be the range's. See [`Spot`] for what the
+    /// caller must know for the bytes to be the range's still.
+    pub fn read_spot_while(
+        &self,
+        spot: Spot,
+        buf: &mut [u8],
+        mut more: impl FnMut(&[u8]) -> bool,
+    ) -> Result<Option<usize>> {
+        let seg = self.segs.of(spot.addr);
+        if !self.segs.holds(seg, spot.opened)
+            || self.segs.of(spot.addr + (buf.len() as u64).max(1) - 1) != seg
+        {
+            return Ok(None);
+        }
+        // Without a window each step would be a system call: one does it all.
+        let step = if self.window.is_some() {
+            SPOT_STEP
+        } else {
+            buf.len()
+        };
+        let mut at = 0;
+        while at < buf.len() {
+            let to = buf.len().min(at + step);
+            self.read_data_unverified(spot.addr + at as u64, &mut buf[at..to])?;
+            at = to;
+            if !more(&buf[..at]) {
+                break;
+            }
+        }
+        Ok(Some(at))
+    }
+
+    /// A [`Cursor`] at offset 0: for reads (and spots) of ranges in logical order.
+    pub fn cursor(&self) -> Cursor<'_> {
+        let mut extents = self.tree.extents();
+        Cursor {
+            space: self,
+            current: extents.next(),
+            extents,
+            off: 0,
+            runs: Vec::new(),
+        }
+    }
+
+    /// The spot of `runs`, the whole of a range: only if they are one run inside one
+    /// segment.
+    fn spot_of(&self, runs: &[Run]) -> Option<Spot> {
+        let [Run { addr: Some(a), len }] = *runs else {
+            return None;
+        };
+        let seg = self.segs.of(a);
+        (len > 0 && self.segs.of(a + len - 1) == seg).then(|| Spot {
+            addr: a,
+            opened: self.segs.opened(seg),
+        })
     }
 
     /// Where the `len` bytes at `off` lie in the data file, for reading them without
@@ -601,18 +761,31 @@ impl FlexSpace {
         (u64::from(self.segs.opened(first)) << 32) | u64::from(self.segs.opened(last))
     }
 
-    /// Reads run by run until `more` says stop; returns the runs and the bytes read.
-    /// An unverified read takes its runs by span ([`Spans`]); a verified one goes block
-    /// by block anyway.
+    /// Reads run by run until `more` says stop; returns the runs, the bytes read and
+    /// the range's [`Spot`] if it has one. An unverified read takes its runs by span
+    /// ([`Spans`]); a verified one goes block by block anyway.
     fn read_runs(
         &self,
         off: u64,
         buf: &mut [u8],
         verify: bool,
         more: impl FnMut(&[u8]) -> bool,
-    ) -> Result<(usize, usize)> {
+    ) -> Result<(usize, usize, Option<Spot>)> {
         let mut runs = Vec::new();
         self.tree.query_into(off, buf.len() as u64, &mut runs)?;
+        let at = self.fill_runs_of(&runs, buf, verify, more)?;
+        Ok((runs.len(), at, self.spot_of(&runs)))
+    }
+
+    /// Reads `runs` (the whole of a range, in logical order) into `buf` as
+    /// [`FlexSpace::read_runs`] does; returns the bytes read.
+    fn fill_runs_of(
+        &self,
+        runs: &[Run],
+        buf: &mut [u8],
+        verify: bool,
+        more: impl FnMut(&[u8]) -> bool,
+    ) -> Result<usize> {
         // An unverified read copies from the window: every run's first lines and its
         // checksum entry are asked for at once, so their misses overlap instead of
         // coming one run after another. (A hint never faults, so bytes the file does
@@ -623,16 +796,15 @@ impl FlexSpace {
                 self.table.prefetch(a / crc::BLOCK);
             }
         }
-        let at = fill_runs(
-            &runs,
+        fill_runs(
+            runs,
             self.opts.segment_size,
             !verify,
             buf,
             |s, b| self.read_data_unverified(s, b),
             |a, b| self.read_segments(a, b, verify),
             more,
-        )?;
-        Ok((runs.len(), at))
+        )
     }
 
     /// Reads data-file bytes at `addr` one segment at a time. An extent may run across a

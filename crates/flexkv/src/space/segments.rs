@@ -228,6 +228,12 @@ impl Segments {
         self.opened.get(seg).copied().unwrap_or(0)
     }
 
+    /// Whether segment `seg` still holds what it held when it had been opened `opened`
+    /// times: it has not been opened since, nor freed (a free segment is punched out).
+    pub(crate) fn holds(&self, seg: usize, opened: u32) -> bool {
+        self.opened(seg) == opened && self.state.get(seg).is_some_and(|&s| s != State::Free)
+    }
+
     /// Calls `f(segment, bytes)` for the part of `[addr, addr + len)` in each segment.
     fn per_segment(&self, mut addr: u64, mut len: u64, mut f: impl FnMut(usize, u64)) {
         while len > 0 {
