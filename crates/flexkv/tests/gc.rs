@@ -127,7 +127,12 @@ fn overwrites_with_4k_values_end_under_1_5x_once_gc_has_run_and_disk_usage_falls
 /// to the space's.
 #[test]
 fn values_moved_by_gc_are_read_from_their_new_place_through_the_record_cache() {
-    const HOT: usize = 40;
+    // The keys read: few enough that the record cache (about 10 KiB here) holds
+    // them all. Read in turn, 40 thrashed it, and the hits the last pass asks for came
+    // by luck (1 run in 40 failed, 9 in 40 once the index's slots grew by 16 bytes).
+    const HOT: usize = 16;
+    // Every tenth key is never overwritten; the hot keys are the first of those.
+    const KEYS: usize = 400;
     let dir = tempfile::tempdir().unwrap();
     let db = Db::builder(dir.path())
         .value_threshold(64)
@@ -142,11 +147,11 @@ fn values_moved_by_gc_are_read_from_their_new_place_through_the_record_cache() {
         .unwrap();
     // Hot keys share their segments with cold ones, which are then overwritten ten
     // times: the hot keys' segments become mostly garbage, and GC moves their values.
-    for k in 0..HOT * 10 {
+    for k in 0..KEYS {
         db.put(&key(k), &value(k, 0, 400)).unwrap();
     }
     for round in 1..=10 {
-        for k in (0..HOT * 10).filter(|k| k % 10 != 0) {
+        for k in (0..KEYS).filter(|k| k % 10 != 0) {
             db.put(&key(k), &value(k, round, 400)).unwrap();
         }
     }
@@ -166,13 +171,17 @@ fn values_moved_by_gc_are_read_from_their_new_place_through_the_record_cache() {
         after.gc_bytes_relocated >= (HOT * 400) as u64 / 2,
         "{after:?}"
     );
-    // A record goes back in on its key's second miss; the third pass reads it there.
-    for _ in 0..3 {
+    // A record goes back in on its key's second miss, and the pass after reads it
+    // there, unless the interval cache served the read or the record cache's
+    // admission turned the record away for now; a few passes see it read there.
+    let mut passes = 0;
+    while db.stats().record_cache_hits == after.record_cache_hits {
+        assert!(passes < 8, "no record read from the record cache after GC");
         for &k in &hot {
             assert_eq!(db.get(&key(k)).unwrap(), Some(value(k, 0, 400)), "key {k}");
         }
+        passes += 1;
     }
-    assert!(db.stats().record_cache_hits > after.record_cache_hits);
     db.check().unwrap();
 }
 

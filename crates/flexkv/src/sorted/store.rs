@@ -496,15 +496,7 @@ impl SortedStore {
             let (mut out, mut found) = (Vec::new(), 0);
             let mut bound = from;
             let end = self.cache.walk(from, forward, |loaded| {
-                let range = run_range(&loaded, bound, forward);
-                bound = Bound::Unbounded;
-                found += range.len();
-                if !range.is_empty() {
-                    out.push(Run {
-                        interval: loaded,
-                        range,
-                    });
-                }
+                found += push_run(&mut out, loaded, &mut bound, forward);
                 found < min
             });
             // Nothing found proves the store has nothing more only at its end.
@@ -610,15 +602,7 @@ impl SortedStore {
                     // The seek's binary search would meet the records' misses one by one.
                     loaded.touch(0..loaded.len());
                 }
-                let range = run_range(&loaded, bound, forward);
-                bound = Bound::Unbounded;
-                found += range.len();
-                if !range.is_empty() {
-                    out.push(Run {
-                        interval: loaded,
-                        range,
-                    });
-                }
+                found += push_run(&mut out, loaded, &mut bound, forward);
                 found < min.max(ahead)
             });
         self.counters.cache_hits.fetch_add(hits, Ordering::Relaxed);
@@ -977,6 +961,26 @@ fn find_version(loaded: &Loaded, key: &[u8]) -> Option<Version> {
     loaded
         .find(key)
         .map(|i| Version::from_record(&loaded.record(i)))
+}
+
+/// Adds to `out` the records of `loaded` past `bound` in the direction, if any, and
+/// returns how many; every later interval of the scan is taken whole.
+fn push_run(
+    out: &mut Vec<Run>,
+    loaded: Arc<Loaded>,
+    bound: &mut Bound<&[u8]>,
+    forward: bool,
+) -> usize {
+    let range = run_range(&loaded, *bound, forward);
+    *bound = Bound::Unbounded;
+    let n = range.len();
+    if n > 0 {
+        out.push(Run {
+            interval: loaded,
+            range,
+        });
+    }
+    n
 }
 
 /// The records of `loaded` past `from` in the direction.
