@@ -71,10 +71,9 @@ pub struct Stats {
     /// because reads kept fetching them from the FlexSpace in scattered extents (see
     /// the design's "reads that defragment").
     pub read_defrags: u64,
-    /// Intervals read from the FlexSpace at the spot a read of them left in the sparse
-    /// index (where they lay in one piece), with no search of the FlexTree (see the
-    /// design's "Spots"; counted in `cache_misses` too, or not at all for point reads
-    /// the record cache then keeps).
+    /// Intervals read from the FlexSpace at the spot kept beside their sparse-index
+    /// entry (where they lay in one piece), with no search of the FlexTree (see the
+    /// design's "Spots"); counted in `cache_misses` too.
     pub spot_reads: u64,
     /// Intervals the committer split off a grown interval (one per new interval).
     pub interval_splits: u64,

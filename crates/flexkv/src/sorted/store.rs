@@ -87,9 +87,11 @@ pub(crate) struct StoreCounters {
 }
 
 /// Records a scan's later calls read ahead from the space (two intervals of 16+100
-/// pairs at 10M): uniform 50-pair scans at 10M went about 1.2 times as fast (with
-/// one walk of the tree for the lot) than one interval a call; more read past the
-/// scan's end (`ahead` doubles every call), and 32 and 256 were slower than one.
+/// pairs at 10M), the intervals in a row through one walk of the tree. More reads past
+/// a short scan's end (`ahead` doubles every call): on uniform 50-pair scans at 10M,
+/// 32 and 256 ran slower than reading one interval a call; 16 ran 1.2 times as fast in
+/// one driver pair and 0.9 in another, and `compare`'s seekrandom 1.08 (median of
+/// three pairs; docs/benchmarks.md, thirty-eighth session).
 const SPACE_AHEAD: usize = 16;
 
 /// At most this many intervals wait to be rewritten for the reads
