@@ -303,6 +303,111 @@ fn an_iterator_turning_round_merges_memtables_and_the_store_afresh() {
     assert!(it.next().is_none() && it.next_back().is_none());
 }
 
+/// A scan takes the store's records that come before every memtable's next entry
+/// and the bound ahead without comparing keys again (`Iter::count_clear`). Runs of
+/// committed keys with memtable entries (new keys, newer versions, deletions) falling
+/// between them at every spacing, under bounds that end inside intervals, both ways,
+/// turning round, and at a snapshot older than some records: every scan returns what
+/// a sorted map does.
+#[test]
+fn scans_through_runs_of_stored_records_stop_at_every_memtable_entry_and_bound() {
+    let vfs = FaultVfs::new(11);
+    let db = open(&vfs);
+    let key = |i: usize| format!("k{i:04}").into_bytes();
+    let mut model = std::collections::BTreeMap::new();
+    for i in (0..600).step_by(2) {
+        db.put(&key(i), b"stored").unwrap();
+        model.insert(key(i), b"stored".to_vec());
+    }
+    db.flush().unwrap();
+    // The snapshot sees the stored versions of keys overwritten and deleted below,
+    // which then come from the history chain in the middle of runs.
+    let snap = db.snapshot();
+    let old = model.clone();
+    // Memtable entries at spacings from 1 to 40 keys: a new key, a newer version
+    // or a deletion, so runs end at each kind, at every place in an interval.
+    let (mut i, mut gap) = (1, 1);
+    while i < 600 {
+        match i % 3 {
+            0 => {
+                db.put(&key(i), b"new key").unwrap();
+                model.insert(key(i), b"new key".to_vec());
+            }
+            1 => {
+                db.put(&key(i - 1), b"newer").unwrap();
+                model.insert(key(i - 1), b"newer".to_vec());
+            }
+            _ => {
+                db.delete(&key(i - 1)).unwrap();
+                model.remove(&key(i - 1));
+            }
+        }
+        i += gap;
+        gap = gap % 40 + 1;
+    }
+    fn pairs(
+        it: impl Iterator<Item = flexkv::Result<(Vec<u8>, Vec<u8>)>>,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        it.map(|r| r.unwrap()).collect()
+    }
+    for (lo, hi) in [(0, 600), (3, 117), (250, 251), (101, 480), (590, 600)] {
+        let (l, h) = (key(lo), key(hi));
+        let want: Vec<_> = model
+            .range(l.clone()..h.clone())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(
+            pairs(db.range(l.as_slice()..h.as_slice())),
+            want,
+            "forward {lo}..{hi}"
+        );
+        let mut back = want.clone();
+        back.reverse();
+        assert_eq!(
+            pairs(db.range(l.as_slice()..h.as_slice()).rev()),
+            back,
+            "backward {lo}..{hi}"
+        );
+        let then: Vec<_> = old
+            .range(l.clone()..=h.clone())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(
+            pairs(snap.range(l.as_slice()..=h.as_slice())),
+            then,
+            "snapshot {lo}..={hi}"
+        );
+        // Turning round every few steps: the two ends meet with nothing skipped.
+        let mut it = db.range(l.as_slice()..h.as_slice());
+        let (mut front, mut rear) = (Vec::new(), Vec::new());
+        for step in 0.. {
+            let next = if step / 5 % 2 == 0 {
+                it.next()
+            } else {
+                it.next_back()
+            };
+            match next {
+                Some(r) if step / 5 % 2 == 0 => front.push(r.unwrap()),
+                Some(r) => rear.push(r.unwrap()),
+                None => break,
+            }
+        }
+        rear.reverse();
+        front.extend(rear);
+        assert_eq!(front, want, "both ways {lo}..{hi}");
+    }
+    // A commit halfway through a scan: the rest is still as of the scan's start.
+    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut it = db.iter();
+    let mut got: Vec<_> = it.by_ref().take(50).map(|r| r.unwrap()).collect();
+    for i in (0..600).step_by(5) {
+        db.put(&key(i), b"after the scan began").unwrap();
+    }
+    db.flush().unwrap();
+    got.extend(it.map(|r| r.unwrap()));
+    assert_eq!(got, want, "a scan across a commit");
+}
+
 #[test]
 fn iterators_go_both_ways_within_bounds() {
     let vfs = FaultVfs::new(7);

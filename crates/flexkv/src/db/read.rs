@@ -204,6 +204,8 @@ impl Snapshot {
             mems: Vec::new(),
             mems_generation: None,
             mems_forward: true,
+            clear: 0,
+            clear_forward: true,
         }
     }
 
@@ -310,6 +312,13 @@ pub struct Iter {
     mems: Vec<MemHead>,
     mems_generation: Option<u64>,
     mems_forward: bool,
+    /// Records of `buf`'s first run, the run `cur` stands in, that the last full step
+    /// in direction `clear_forward` found to come before every memtable's next entry
+    /// and before the bound ahead: the steps take them with no comparison of keys
+    /// ([`Iter::step_clear`]) while the memtable list and the store's epoch stay as
+    /// they were.
+    clear: usize,
+    clear_forward: bool,
 }
 
 /// Store records an iterator has read ahead of its position, nearest first: runs of
@@ -867,6 +876,113 @@ impl Iter {
         }
     }
 
+    /// Moves `cur` to the store's nearest record in the direction, which the caller
+    /// chose: its key and value where they lie in the cached interval, or, for a
+    /// snapshot older than the record, the version the history chain holds.
+    fn take_stored(&mut self, forward: bool) -> std::result::Result<(), (crate::Error, bool)> {
+        let cur = &mut self.cur;
+        let i = self
+            .buf
+            .pop(forward, &mut cur.interval)
+            .unwrap_or_else(|| unreachable!("chosen because present"));
+        let Some(l) = &cur.interval else {
+            unreachable!("set by pop")
+        };
+        let r = l.record(i);
+        let seq = self.guard.seq;
+        if r.seq <= seq {
+            cur.key = CurKey::Span(span(l.bytes(), r.key));
+            cur.value = match r.value {
+                RecordValue::Inline(v) => CurValue::Span(span(l.bytes(), v)),
+                RecordValue::Separated(p) => CurValue::Pointer(p),
+                RecordValue::Tombstone => CurValue::None,
+            };
+        } else {
+            // A snapshot older than the record: its version is in the history chain.
+            let db = &self.guard.db;
+            let found = Version::from_record(&r);
+            let v = history::at(&db.vlog, self.ks, r.key, found, seq).map_err(|e| (e, false))?;
+            let key = Box::from(r.key);
+            cur.set_owned(key, v.map_or(Value::Tombstone, |v| v.value));
+        }
+        Ok(())
+    }
+
+    /// How many of the records left in `buf`'s first run come, in the direction,
+    /// before every memtable's next entry and before the bound ahead, given that the
+    /// step just taken stands in that run (none otherwise, or if a memtable has yet to
+    /// be searched for its next entry). One comparison when the whole run does (a
+    /// scan through a keyspace whose memtables are sparse), else a binary search.
+    fn count_clear(&self, forward: bool) -> usize {
+        let Some(run) = self.buf.runs.front() else {
+            return 0;
+        };
+        if !self.buf.front_in(self.cur.interval.as_ref())
+            || self.mems.iter().any(|m| m.ahead.is_empty() && m.more)
+        {
+            return 0;
+        }
+        let mem = self
+            .mems
+            .iter()
+            .filter_map(MemHead::front_key)
+            .reduce(|a, b| if (b < a) == forward { b } else { a });
+        let before = |k: &[u8]| {
+            mem.is_none_or(|m| if forward { k < m } else { k > m }) && self.before_end(k, forward)
+        };
+        let l = &run.interval;
+        let n = run.range.len();
+        // The `j`th record from the run's near end.
+        let key = |j: usize| {
+            l.key(if forward {
+                run.range.start + j
+            } else {
+                run.range.end - 1 - j
+            })
+        };
+        if before(key(n - 1)) {
+            return n;
+        }
+        // The records that qualify are a prefix (both tests are monotone in the
+        // direction); record `n - 1` does not.
+        let (mut lo, mut hi) = (0, n - 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if before(key(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// A step with no comparison of keys, when the last full step counted records
+    /// ahead of it as clear ([`Iter::count_clear`]) and what it counted against still
+    /// stands: the direction, the memtable list (a memtable's entries at or below the
+    /// iterator's sequence never change, and none was taken from since) and the
+    /// store's epoch (`buf` is as read). `None`: take a full step.
+    fn step_clear(
+        &mut self,
+        forward: bool,
+    ) -> Option<std::result::Result<bool, (crate::Error, bool)>> {
+        if self.clear == 0 || self.clear_forward != forward {
+            return None;
+        }
+        let db = &self.guard.db;
+        if self.mems_generation != Some(db.tables_generation.load(Ordering::Acquire))
+            || self.buf_epoch != self.epoch.as_ref().map(|e| e.now())
+        {
+            return None;
+        }
+        self.clear -= 1;
+        if let Err(e) = self.take_stored(forward) {
+            return Some(Err(e));
+        }
+        self.unsettled = Some(forward);
+        Some(Ok(!matches!(self.cur.value, CurValue::None)))
+    }
+
     /// Moves `cur` to the next key with a value at this sequence, its version's value
     /// unresolved.
     fn step_raw(&mut self, forward: bool) -> Option<Result<()>> {
@@ -895,8 +1011,10 @@ impl Iter {
     ) -> std::result::Result<Option<bool>, (crate::Error, bool)> {
         let fatal = |e| (e, true);
         self.guard.db.check_open().map_err(fatal)?;
-        let seq = self.guard.seq;
-        let ks = self.ks;
+        if let Some(stepped) = self.step_clear(forward) {
+            return stepped.map(Some);
+        }
+        self.clear = 0;
         if self.unsettled.is_some_and(|f| f != forward) {
             self.settle(); // turning round: the bound ahead now is the one just passed
         }
@@ -932,40 +1050,20 @@ impl Iter {
         if take_mem || !self.buf.front_in(self.cur.interval.as_ref()) {
             self.settle();
         }
-        let cur = &mut self.cur;
         if let (true, Some(i)) = (take_mem, mem) {
             let Some((k, v)) = self.mems[i].ahead.pop_front() else {
                 unreachable!("chosen because present")
             };
             if same {
-                self.buf.pop(forward, &mut cur.interval);
+                self.buf.pop(forward, &mut self.cur.interval);
             }
-            cur.set_owned(k, v);
+            self.cur.set_owned(k, v);
         } else {
-            let i = self
-                .buf
-                .pop(forward, &mut cur.interval)
-                .unwrap_or_else(|| unreachable!("chosen because present"));
-            let Some(l) = &cur.interval else {
-                unreachable!("set by pop")
-            };
-            let r = l.record(i);
-            if r.seq <= seq {
-                cur.key = CurKey::Span(span(l.bytes(), r.key));
-                cur.value = match r.value {
-                    RecordValue::Inline(v) => CurValue::Span(span(l.bytes(), v)),
-                    RecordValue::Separated(p) => CurValue::Pointer(p),
-                    RecordValue::Tombstone => CurValue::None,
-                };
-            } else {
-                // A snapshot older than the record: its version is in the history chain.
-                let db = &self.guard.db;
-                let found = Version::from_record(&r);
-                let v = history::at(&db.vlog, ks, r.key, found, seq).map_err(|e| (e, false))?;
-                let key = Box::from(r.key);
-                cur.set_owned(key, v.map_or(Value::Tombstone, |v| v.value));
-            }
+            self.take_stored(forward)?;
+            self.clear = self.count_clear(forward);
+            self.clear_forward = forward;
         }
+        let cur = &mut self.cur;
         // Older memtables' versions of the same key are passed with it. Only when a
         // memtable's entry was taken can another memtable's front hold the same key: the
         // store's record was taken only below every memtable's front.
