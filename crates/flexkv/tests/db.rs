@@ -93,6 +93,44 @@ fn a_memtable_still_taking_writes_is_not_idle() {
     assert_eq!(db.stats().pairs_committed, u64::from(i));
 }
 
+/// After a burst, a trickle of writes (each idle time, under 1/64 of what the
+/// memtable holds) no longer keeps a memtable from counting as idle: it is committed
+/// while the trickle goes on, and the trickle's writes after it go to a new one.
+#[test]
+fn a_memtable_taking_a_trickle_after_a_burst_is_committed() {
+    let vfs = FaultVfs::new(12);
+    let db = Db::builder(DIR)
+        .vfs(vfs.shared())
+        .commit_interval(Duration::from_secs(3600))
+        .idle_commit(Duration::from_millis(100))
+        .open()
+        .unwrap();
+    let ks = db.default_keyspace();
+    let mut batch = WriteBatch::new();
+    for i in 0..5_000u32 {
+        batch.put(&ks, &i.to_be_bytes(), &[7; 100]).unwrap();
+    }
+    db.write(batch).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut i = 5_000u32;
+    while db.stats().commits == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "not committed under a trickle: {:?}",
+            db.stats()
+        );
+        ks.put_with(&i.to_be_bytes(), b"v", Durability::Buffered)
+            .unwrap();
+        i += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let s = db.stats();
+    assert!(s.pairs_committed >= 5_000, "{s:?}");
+    for j in [0, 4_999, i - 1] {
+        assert!(ks.get(&j.to_be_bytes()).unwrap().is_some(), "key {j}");
+    }
+}
+
 fn all(it: flexkv::Iter) -> Vec<(Vec<u8>, Vec<u8>)> {
     it.map(|r| r.unwrap()).collect()
 }

@@ -88,19 +88,28 @@ impl Tables {
     }
 }
 
-/// The active memtable as the committer last saw it (when it was born and how many
-/// bytes it held), and since when it has looked so: the memtable has taken no write
-/// for at least that long.
+/// A memtable that grew by at most 1 / this of its bytes over the idle time counts as
+/// idle: a trickle of writes after a load (YCSB E's inserts) would otherwise keep a
+/// large memtable for every scan to search until the commit interval. At that rate it
+/// would take 64 idle times to double; a memtable taking writes faster is not idle.
+const TRICKLE: usize = 64;
+
+/// The active memtable as the committer last looked at it: when it was born, and how
+/// many bytes it held when it was last seen growing faster than a trickle
+/// ([`TRICKLE`]), and since when it has grown no faster.
 #[derive(Debug, Default)]
 struct Quiet(Option<((Instant, usize), Instant)>);
 
 impl Quiet {
-    /// How long the memtable has looked like `now` (zero if it has just changed).
-    fn unchanged_for(&mut self, now: (Instant, usize)) -> Duration {
+    /// How long the memtable born at `born` and now holding `bytes` has taken at most
+    /// a trickle of writes (zero if it has just taken more, or is a new one).
+    fn unchanged_for(&mut self, (born, bytes): (Instant, usize)) -> Duration {
         match self.0 {
-            Some((seen, since)) if seen == now => since.elapsed(),
+            Some(((b, from), since)) if b == born && bytes - from.min(bytes) <= bytes / TRICKLE => {
+                since.elapsed()
+            }
             _ => {
-                self.0 = Some((now, Instant::now()));
+                self.0 = Some(((born, bytes), Instant::now()));
                 Duration::ZERO
             }
         }

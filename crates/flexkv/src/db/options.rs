@@ -259,9 +259,10 @@ impl Builder {
         self
     }
 
-    /// A memtable that took no writes for this long is committed even if it is neither
-    /// full nor old (default 250 ms; zero turns this off): after a load, reads stop
-    /// merging a large memtable with the sorted keyspace soon after writes stop, and a
+    /// A memtable that took no writes for this long, or so few that it grew by at most
+    /// 1/64 of its size, is committed even if it is neither full nor old (default
+    /// 250 ms; zero turns this off): after a load, reads stop merging a large memtable
+    /// with the sorted keyspace soon after writes stop or slow to a trickle, and a
     /// crash has less WAL to replay. It costs nothing extra on disk: the pairs are
     /// written to the keyspace once either way.
     pub fn idle_commit(mut self, after: std::time::Duration) -> Self {
