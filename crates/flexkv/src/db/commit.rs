@@ -103,9 +103,11 @@ struct Quiet(Option<((Instant, usize), Instant)>);
 impl Quiet {
     /// How long the memtable born at `born` and now holding `bytes` has taken at most
     /// a trickle of writes (zero if it has just taken more, or is a new one).
-    fn unchanged_for(&mut self, (born, bytes): (Instant, usize)) -> Duration {
+    fn quiet_for(&mut self, (born, bytes): (Instant, usize)) -> Duration {
         match self.0 {
-            Some(((b, from), since)) if b == born && bytes - from.min(bytes) <= bytes / TRICKLE => {
+            Some(((b, from), since))
+                if b == born && bytes.saturating_sub(from) <= bytes / TRICKLE =>
+            {
                 since.elapsed()
             }
             _ => {
@@ -256,11 +258,12 @@ impl Inner {
                     }
                 }
             }
-            // Looked at before the commit, so that a memtable no write touched while it
-            // ran is idle for all that time, and is frozen as soon as it ends.
+            // Looked at before the commit, so that a memtable that took at most a trickle
+            // of writes while it ran is idle for all that time, and is frozen as soon as
+            // it ends.
             {
                 let t = self.tables.read();
-                quiet.unchanged_for((t.born, t.active.approximate_bytes()));
+                quiet.quiet_for((t.born, t.active.approximate_bytes()));
             }
             if let Err(e) = self.commit_oldest() {
                 self.fail_commit(e);
@@ -326,8 +329,8 @@ impl Inner {
         let age = t.born.elapsed();
         let mut due = every.saturating_sub(age);
         if !idle.is_zero() {
-            let unchanged = quiet.unchanged_for((t.born, t.active.approximate_bytes()));
-            due = due.min(idle.saturating_sub(unchanged));
+            let quiet_for = quiet.quiet_for((t.born, t.active.approximate_bytes()));
+            due = due.min(idle.saturating_sub(quiet_for));
         }
         (!due.is_zero()).then_some(due)
     }
