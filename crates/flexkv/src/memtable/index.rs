@@ -80,6 +80,12 @@ impl HashIndex {
             || self.overflow.load(Ordering::Relaxed)
     }
 
+    /// Asks the processor for the line of the first slot of the key hashed `hash`, so
+    /// that an [`insert`](Self::insert) of it a little later does not wait for it.
+    pub(super) fn prefetch(&self, hash: u64) {
+        crate::prefetch::prefetch(std::slice::from_ref(&self.slots[hash as usize & self.mask]));
+    }
+
     /// Records the node at `addr` as the newest version of the key hashed `hash`,
     /// unless the slot of that key names a newer version. `same_key(w)` says whether
     /// word `w` names a node of this key; `newer(w)` whether that node's version is
