@@ -994,26 +994,40 @@ fn handles_are_send_and_sync() {
     assert_eq!(got, (Some(b"v".to_vec()), 1));
 }
 
-/// A file system that panics, once armed, when a keyspace's FlexSpace file is synced:
-/// a bug in the committer's path, planted.
-#[derive(Debug)]
-struct PanicVfs {
+/// A file system that calls `hook` with the path before every sync of a keyspace's
+/// FlexSpace files (a planted bug, or a sync held up).
+struct SyncHookVfs {
     inner: Arc<dyn Vfs>,
-    armed: Arc<std::sync::atomic::AtomicBool>,
+    hook: SyncHook,
 }
 
-#[derive(Debug)]
-struct PanicFile {
+type SyncHook = Arc<dyn Fn(&Path) + Send + Sync>;
+
+impl std::fmt::Debug for SyncHookVfs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncHookVfs").finish_non_exhaustive()
+    }
+}
+
+struct SyncHookFile {
     inner: Arc<dyn flexkv::io::VfsFile>,
-    armed: Arc<std::sync::atomic::AtomicBool>,
+    hook: SyncHook,
 }
 
-impl Vfs for PanicVfs {
+impl std::fmt::Debug for SyncHookFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncHookFile")
+            .field("path", &self.inner.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Vfs for SyncHookVfs {
     fn open(&self, path: &Path, mode: OpenMode) -> flexkv::Result<Arc<dyn flexkv::io::VfsFile>> {
         let inner = self.inner.open(path, mode)?;
-        Ok(Arc::new(PanicFile {
+        Ok(Arc::new(SyncHookFile {
             inner,
-            armed: Arc::clone(&self.armed),
+            hook: Arc::clone(&self.hook),
         }))
     }
     fn exists(&self, path: &Path) -> flexkv::Result<bool> {
@@ -1039,7 +1053,7 @@ impl Vfs for PanicVfs {
     }
 }
 
-impl flexkv::io::VfsFile for PanicFile {
+impl flexkv::io::VfsFile for SyncHookFile {
     fn path(&self) -> &Path {
         self.inner.path()
     }
@@ -1063,13 +1077,79 @@ impl flexkv::io::VfsFile for PanicFile {
     }
     fn sync(&self) -> flexkv::Result<()> {
         let name = self.path().file_name().and_then(|n| n.to_str());
-        if self.armed.load(std::sync::atomic::Ordering::SeqCst)
-            && name.is_some_and(|n| n.starts_with("flexspace."))
-        {
-            panic!("planted: a sync of {}", self.path().display());
+        if name.is_some_and(|n| n.starts_with("flexspace.")) {
+            (self.hook)(self.path());
         }
         self.inner.sync()
     }
+}
+
+/// A point read that misses the caches does not wait while a commit syncs the
+/// space's data file (tens of milliseconds at 10M pairs, which reads used to spend
+/// blocked on the keyspace's lock): the sync is held up here until the read is done.
+#[test]
+fn a_read_from_the_space_does_not_wait_for_the_data_file_sync() {
+    let vfs = FaultVfs::new(23);
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new((entered_tx, release_rx));
+    let hook: SyncHook = {
+        let armed = Arc::clone(&armed);
+        Arc::new(move |path: &Path| {
+            if path.ends_with("flexspace.data")
+                && armed.swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                let gate = gate.lock().unwrap();
+                gate.0.send(()).unwrap();
+                gate.1.recv().unwrap();
+            }
+        })
+    };
+    // A cache far smaller than the index: every read goes to the space.
+    let db = Arc::new(
+        Db::builder(DIR)
+            .vfs(Arc::new(SyncHookVfs {
+                inner: vfs.shared(),
+                hook,
+            }))
+            .cache_bytes(1)
+            .open()
+            .unwrap(),
+    );
+    for i in 0..2000 {
+        db.put(format!("k{i:05}").as_bytes(), b"committed").unwrap();
+    }
+    db.flush().unwrap();
+    let hits = db.stats().cache_hits;
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    db.put(b"k99999", b"new").unwrap();
+    let committer = {
+        let db = Arc::clone(&db);
+        std::thread::spawn(move || db.flush())
+    };
+    entered_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit never synced the data file");
+    let (read_tx, read_rx) = std::sync::mpsc::channel();
+    let reader = {
+        let db = Arc::clone(&db);
+        std::thread::spawn(move || read_tx.send(db.get(b"k01234").unwrap()).unwrap())
+    };
+    let read = read_rx.recv_timeout(Duration::from_secs(5));
+    release_tx.send(()).unwrap();
+    committer.join().unwrap().unwrap();
+    reader.join().unwrap();
+    assert_eq!(
+        read.expect("the read waited for the data file's sync"),
+        Some(b"committed".to_vec())
+    );
+    assert_eq!(
+        db.stats().cache_hits,
+        hits,
+        "the read was answered by a cache"
+    );
+    assert_eq!(db.get(b"k99999").unwrap(), Some(b"new".to_vec()));
 }
 
 /// A panic in the committer fails the database as an error does: writers waiting for
@@ -1081,9 +1161,16 @@ fn a_panic_in_the_committer_poisons_the_database_and_loses_no_acknowledged_write
     let vfs = FaultVfs::new(22);
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let db = Db::builder(DIR)
-        .vfs(Arc::new(PanicVfs {
+        .vfs(Arc::new(SyncHookVfs {
             inner: vfs.shared(),
-            armed: Arc::clone(&armed),
+            hook: {
+                let armed = Arc::clone(&armed);
+                Arc::new(move |path: &Path| {
+                    if armed.load(std::sync::atomic::Ordering::SeqCst) {
+                        panic!("planted: a sync of {}", path.display());
+                    }
+                })
+            },
         }))
         .memtable_size(64 << 10)
         .idle_commit(Duration::ZERO)

@@ -341,8 +341,39 @@ impl FlexSpace {
     /// `log_capacity` (or, with `log_grows_with_tree`, than the tree's last checkpoint
     /// if that is larger), the tree is checkpointed and the log starts over.
     pub fn sync(&mut self) -> Result<()> {
+        self.sync_begin()?;
+        let synced = self.sync_data();
+        self.sync_finish(synced)
+    }
+
+    /// [`sync`](Self::sync) in three steps, for a caller that lets readers in while
+    /// the data file syncs (the slow part): this one writes the buffered data and
+    /// queues the checksums for the log; [`sync_data`](Self::sync_data) needs no
+    /// exclusive access; [`sync_finish`](Self::sync_finish) takes its result. The
+    /// space must not change between the first and the last.
+    pub fn sync_begin(&mut self) -> Result<()> {
+        self.guarded(|s| s.write_out())?;
+        // Until `sync_finish`, as inside any change: a panic in between (in the data
+        // file's sync) leaves the space poisoned, so it writes nothing more.
+        self.poisoned = true;
+        Ok(())
+    }
+
+    /// The data file's sync, the second step of [`sync`](Self::sync).
+    pub fn sync_data(&self) -> Result<()> {
+        self.data.sync()
+    }
+
+    /// The last step of [`sync`](Self::sync), given the result of
+    /// [`sync_data`](Self::sync_data): the log entries (which refer to that data)
+    /// are written and synced, segments they freed become reusable, and the tree is
+    /// checkpointed if the log has grown past its limit.
+    pub fn sync_finish(&mut self, data_synced: Result<()>) -> Result<()> {
+        debug_assert!(self.poisoned, "sync_finish without sync_begin");
+        self.poisoned = false;
         self.guarded(|s| {
-            s.commit()?;
+            data_synced?;
+            s.commit_log()?;
             let mut limit = s.opts.log_capacity;
             if s.opts.log_grows_with_tree {
                 limit = limit.max(s.treefile.durable_bytes());
@@ -376,11 +407,21 @@ impl FlexSpace {
     }
 
     fn commit(&mut self) -> Result<()> {
+        self.write_out()?;
+        self.data.sync()?;
+        self.commit_log()
+    }
+
+    /// What a commit does before the data file's sync.
+    fn write_out(&mut self) -> Result<()> {
         self.absorb_sums();
         // Checksums are logged before the changes that refer to the data they cover.
         self.log.prepend(std::mem::take(&mut self.sum_ops));
-        self.flush_data()?;
-        self.data.sync()?;
+        self.flush_data()
+    }
+
+    /// What a commit does after the data file's sync.
+    fn commit_log(&mut self) -> Result<()> {
         self.log.commit(&*self.log_file)?;
         self.segs.log_committed();
         self.segs.punch_freed(&self.data)
