@@ -465,6 +465,8 @@ pub struct FlexSpace {
     sum_ops: Vec<LogOp>,
     stats: SpaceStats,
     poisoned: bool,
+    /// Between `sync_begin` and `sync_finish` (the space counts as poisoned then).
+    syncing: bool,
     /// Set by a successful `close`, so that dropping does not sync again.
     closed: bool,
     _lock: FileLock,
@@ -596,6 +598,7 @@ impl FlexSpace {
             sum_ops: Vec::new(),
             stats: SpaceStats::default(),
             poisoned: false,
+            syncing: false,
             closed: false,
             _lock: lock,
         };

@@ -356,6 +356,7 @@ impl FlexSpace {
         // Until `sync_finish`, as inside any change: a panic in between (in the data
         // file's sync) leaves the space poisoned, so it writes nothing more.
         self.poisoned = true;
+        self.syncing = true;
         Ok(())
     }
 
@@ -369,7 +370,10 @@ impl FlexSpace {
     /// are written and synced, segments they freed become reusable, and the tree is
     /// checkpointed if the log has grown past its limit.
     pub fn sync_finish(&mut self, data_synced: Result<()>) -> Result<()> {
-        debug_assert!(self.poisoned, "sync_finish without sync_begin");
+        if !self.syncing {
+            return Err(Error::invalid("sync_finish without sync_begin"));
+        }
+        self.syncing = false;
         self.poisoned = false;
         self.guarded(|s| {
             data_synced?;
