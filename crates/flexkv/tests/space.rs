@@ -1439,8 +1439,8 @@ fn gc_refuses_to_move_damaged_data() {
 }
 
 /// `sync` taken apart: the three steps make the same changes durable as `sync` does,
-/// readers read meanwhile, a failed data sync poisons the space, and a last step
-/// without a first is refused.
+/// a read between the steps sees the content, a failed data sync poisons the space,
+/// and a last step without a first is refused.
 #[test]
 fn a_sync_in_three_steps_is_a_sync() {
     let vfs = FaultVfs::new(31);
