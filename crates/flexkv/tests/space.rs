@@ -1483,3 +1483,87 @@ fn a_sync_in_three_steps_is_a_sync() {
     assert!(matches!(s.insert(0, b"x"), Err(Error::Poisoned)));
     assert!(matches!(s.sync(), Err(Error::Poisoned)));
 }
+
+/// A GC pass in steps (`gc_plan`, `gc_apply` a few pieces at a time, a sync in three
+/// steps, `gc_finish`) frees segments as one pass does, reads between the steps see
+/// the space's content, a plan the space changed under is refused, and a crash in the
+/// middle of the steps recovers the state of the last sync.
+#[test]
+fn a_gc_pass_in_steps_is_a_pass() {
+    let vfs = FaultVfs::new(41);
+    let mut s = open(&vfs, opts());
+    let mut m = Vec::new();
+    insert_blocks(&mut s, &mut m, 250, 3_000, 2);
+    // Collapses (which collect nothing) of two thirds of every block leave garbage in
+    // every segment.
+    for i in 0..250 {
+        let at = i * 1_000;
+        s.collapse(at as u64, 2_000).unwrap();
+        m.drain(at..at + 2_000);
+    }
+    s.sync().unwrap();
+    assert!(s.gc_due(0), "garbage past the space amplification");
+    assert_eq!(s.stats().gc_passes, 0);
+
+    // A change between the plan and its relocations (one that writes no data, so it
+    // runs no pass itself): refused, nothing moved.
+    let mut stale = s.gc_plan().unwrap().expect("victims");
+    s.collapse(0, 1).unwrap();
+    m.remove(0);
+    assert!(matches!(
+        s.gc_apply(&mut stale, usize::MAX),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(content(&s), m);
+
+    let used = s.stats().used_bytes;
+    let mut plan = s.gc_plan().unwrap().expect("victims");
+    assert!(plan.pieces() > 8, "{} pieces", plan.pieces());
+    let mut steps = 0;
+    while !plan.is_applied() {
+        s.gc_apply(&mut plan, 3).unwrap();
+        steps += 1;
+        assert!(content(&s) == m, "a read after step {steps}");
+    }
+    assert!(steps > 2);
+    s.sync_begin().unwrap();
+    assert!(content(&s) == m, "a read between the sync's steps");
+    s.sync_finish(s.sync_data()).unwrap();
+    let freed = s.gc_finish(&plan);
+    let st = s.stats();
+    assert!(freed > 0, "the pass freed its victims");
+    assert_eq!((st.gc_passes, st.gc_passes_in_changes), (1, 0));
+    assert!(st.used_bytes < used, "used {} of {used}", st.used_bytes);
+    assert!(!s.gc_due(0), "no more garbage than the bound");
+    s.check().unwrap();
+    vfs.fail_from(1);
+    drop(s);
+    vfs.clear_faults();
+    vfs.crash(CrashMode::DropUnsynced);
+    assert!(
+        checked_content(&vfs) == m,
+        "the pass's result after a crash"
+    );
+
+    // Half a pass, then a crash: the state of the last sync, whole.
+    let mut s = open(&vfs, opts());
+    for i in 0..60 {
+        let at = i * 300;
+        s.collapse(at as u64, 600).unwrap();
+        m.drain(at..at + 600);
+    }
+    s.sync().unwrap();
+    let mut plan = s.gc_plan().unwrap().expect("victims");
+    let half = plan.pieces() / 2;
+    s.gc_apply(&mut plan, half).unwrap();
+    assert!(!plan.is_applied());
+    assert!(content(&s) == m);
+    vfs.fail_from(1);
+    drop(s);
+    vfs.clear_faults();
+    vfs.crash(CrashMode::DropUnsynced);
+    assert!(
+        checked_content(&vfs) == m,
+        "the last sync's state after a crash"
+    );
+}

@@ -38,6 +38,7 @@ use crc::{BlockSum, CrcTable};
 use log::{LogOp, LogWriter};
 use segments::Segments;
 use treefile::TreeFile;
+pub use write::GcPlan;
 
 const DATA_FILE: &str = "flexspace.data";
 const TREE_FILE: &str = "flexspace.tree";
@@ -427,6 +428,9 @@ pub struct SpaceStats {
     pub tree_memory_bytes: u64,
     /// Garbage-collection passes, bytes they moved, and segments they freed.
     pub gc_passes: u64,
+    /// Of `gc_passes`: those a change ran itself, before writing, with the space held
+    /// exclusively throughout (the others ran in steps: [`FlexSpace::gc_plan`]).
+    pub gc_passes_in_changes: u64,
     /// Bytes relocated by garbage collection.
     pub gc_bytes_relocated: u64,
     /// Segments freed by garbage collection.
@@ -469,6 +473,9 @@ pub struct FlexSpace {
     syncing: bool,
     /// Set by a successful `close`, so that dropping does not sync again.
     closed: bool,
+    /// Counts the calls that may change the space (every one goes through `guarded`),
+    /// so that a [`GcPlan`] knows whether the space changed since it was made.
+    changes: u64,
     _lock: FileLock,
 }
 
@@ -599,6 +606,7 @@ impl FlexSpace {
             stats: SpaceStats::default(),
             poisoned: false,
             syncing: false,
+            changes: 0,
             closed: false,
             _lock: lock,
         };

@@ -41,6 +41,7 @@ impl FlexSpace {
     /// half-done operation, which must never reach the disk), or if it panics.
     fn guarded<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         self.writable()?;
+        self.changes += 1;
         let recorded = self.log.pending();
         // Poisoned while `f` runs, so a panic leaves the space poisoned, and a poisoned
         // space writes nothing more, not even when dropped. (Nothing `f` calls looks at
@@ -113,9 +114,8 @@ impl FlexSpace {
     /// never run in the middle of a change (that would make half of it durable).
     fn make_room_for(&mut self, bytes: u64) -> Result<()> {
         let seg = self.opts.segment_size;
-        let (live, used) = self.segs.totals();
-        if used - live > 4 * seg && used as f64 > live as f64 * self.opts.gc_space_amplification {
-            self.gc_pass()?;
+        if self.gc_due(0) {
+            self.gc_pass_in_change()?;
         }
         let Some(max) = self.opts.max_data_size else {
             return Ok(());
@@ -127,12 +127,20 @@ impl FlexSpace {
             if available >= needed + GC_RESERVE {
                 return Ok(());
             }
-            if self.gc_pass()? == 0 {
+            if self.gc_pass_in_change()? == 0 {
                 return Err(Error::NoSpace(format!(
                     "{bytes} more bytes do not fit in a data file limited to {max} bytes"
                 )));
             }
         }
+    }
+
+    /// [`FlexSpace::gc_pass`] from inside a change, counted apart.
+    fn gc_pass_in_change(&mut self) -> Result<u64> {
+        let passes = self.stats.gc_passes;
+        let freed = self.gc_pass()?;
+        self.stats.gc_passes_in_changes += self.stats.gc_passes - passes;
+        Ok(freed)
     }
 
     /// Makes sure the open segment has room, opening a free (or new) segment.
@@ -519,8 +527,41 @@ impl FlexSpace {
     /// Greedy GC (§4.1): relocates the live extents of the least-utilized segments, at
     /// most [`GC_VICTIMS`] per pass and only those at most (K-1)/K full, so that each
     /// freed segment pays for the space its relocations take; then syncs, which frees
-    /// them.
+    /// them. [`gc_plan`](Self::gc_plan), [`gc_apply`](Self::gc_apply), a sync and
+    /// [`gc_finish`](Self::gc_finish) in one call.
     fn gc_pass(&mut self) -> Result<u64> {
+        let Some(mut plan) = self.gc_plan()? else {
+            return Ok(0);
+        };
+        self.relocate(&mut plan, usize::MAX)?;
+        self.commit()?;
+        Ok(self.gc_finish(&plan))
+    }
+
+    /// Whether a GC pass is due now, or will be once `ahead` more bytes are written and
+    /// none freed: the test every change makes first ([`FlexSpace::make_room_for`]), so
+    /// that a caller can run the pass before the changes, in steps
+    /// ([`gc_plan`](Self::gc_plan)), and not inside one of them. Segments count as used
+    /// whole, so what counts is how many the bytes open past the open one's room.
+    pub fn gc_due(&self, ahead: u64) -> bool {
+        let seg = self.opts.segment_size;
+        let (live, used) = self.segs.totals();
+        let opened = ahead.saturating_sub(self.segs.room()).div_ceil(seg) * seg;
+        let used = used.saturating_add(opened);
+        used - live > 4 * seg && used as f64 > live as f64 * self.opts.gc_space_amplification
+    }
+
+    /// The size of the data file's segments ([`SpaceOptions::segment_size`](super::SpaceOptions::segment_size)).
+    pub fn segment_size(&self) -> u64 {
+        self.opts.segment_size
+    }
+
+    /// Works out a GC pass with shared access to the space: picks its victims (as
+    /// [`FlexSpace::gc_pass`] does), finds every piece of data they hold by one walk of
+    /// the tree's extents, and reads the pieces. `None`: no segment is worth a pass.
+    /// The walk passes every extent (0.2 s at 3M), which is why it is done here, where
+    /// readers may share the space, and not under exclusive access.
+    pub fn gc_plan(&self) -> Result<Option<GcPlan>> {
         let k = self.opts.k();
         let limit = self.opts.segment_size / k * (k - 1);
         let mut victims: Vec<usize> = (0..self.segs.count())
@@ -543,20 +584,8 @@ impl FlexSpace {
         });
         victims.truncate(GC_VICTIMS);
         if victims.is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
-        self.relocate(&victims)?;
-        self.commit()?;
-        let freed = victims
-            .iter()
-            .filter(|&&g| self.segs.state[g] == State::Free)
-            .count() as u64;
-        self.stats.gc_passes += 1;
-        self.stats.gc_segments_freed += freed;
-        Ok(freed)
-    }
-
-    fn relocate(&mut self, victims: &[usize]) -> Result<()> {
         let size = self.opts.segment_size;
         // The victims' address ranges: the walk below passes every extent of the space
         // and tests each against these with comparisons only, leaving the divisions of
@@ -604,9 +633,41 @@ impl FlexSpace {
             let old = moves[i].2;
             self.read_data_through(old, &mut bytes[starts[i]..starts[i + 1]], &mut block)?;
         }
-        // Written in the space's order, so pieces next to each other there stay so.
-        for (i, &(off, _, old)) in moves.iter().enumerate() {
-            let data = &bytes[starts[i]..starts[i + 1]];
+        Ok(Some(GcPlan {
+            victims,
+            moves,
+            starts,
+            bytes,
+            done: 0,
+            changes: self.changes,
+        }))
+    }
+
+    /// Relocates up to `max` more of `plan`'s pieces (all, with `usize::MAX`), written
+    /// in the space's order so that pieces next to each other there stay so. A caller
+    /// that lets readers in between calls keeps the space otherwise unchanged from the
+    /// plan to its last piece; a plan the space changed under is refused with
+    /// `InvalidArgument` (its pieces may no longer be where it found them). A piece's
+    /// old bytes stay where they were until a sync frees its segment, so a read between
+    /// two calls finds the same content either way.
+    pub fn gc_apply(&mut self, plan: &mut GcPlan, max: usize) -> Result<()> {
+        if plan.changes != self.changes {
+            return Err(Error::invalid(
+                "a GC plan of a space that has changed since",
+            ));
+        }
+        let r = self.guarded(|s| s.relocate(plan, max));
+        plan.changes = self.changes;
+        r
+    }
+
+    /// Relocates up to `max` more of `plan`'s pieces, inside a change.
+    fn relocate(&mut self, plan: &mut GcPlan, max: usize) -> Result<()> {
+        let to = plan.moves.len().min(plan.done.saturating_add(max));
+        while plan.done < to {
+            let i = plan.done;
+            let (off, _, old) = plan.moves[i];
+            let data = &plan.bytes[plan.starts[i]..plan.starts[i + 1]];
             self.put_data(data, |s, at, new, n| {
                 s.stats.gc_bytes_relocated += n;
                 s.record(LogOp::Remap {
@@ -616,8 +677,52 @@ impl FlexSpace {
                     new,
                 })
             })?;
+            plan.done += 1;
         }
         Ok(())
+    }
+
+    /// Ends a GC pass whose pieces are all relocated and made durable (a sync, which
+    /// frees the victims): counts it; returns how many victims it freed.
+    pub fn gc_finish(&mut self, plan: &GcPlan) -> u64 {
+        let freed = plan
+            .victims
+            .iter()
+            .filter(|&&g| self.segs.state[g] == State::Free)
+            .count() as u64;
+        self.stats.gc_passes += 1;
+        self.stats.gc_segments_freed += freed;
+        self.refresh_stats();
+        freed
+    }
+}
+
+/// A GC pass worked out with shared access to a space ([`FlexSpace::gc_plan`]): its
+/// victims, every piece of data they hold and the pieces' bytes, for
+/// [`FlexSpace::gc_apply`] to relocate, in one call or in several.
+#[derive(Debug)]
+pub struct GcPlan {
+    victims: Vec<usize>,
+    /// Pieces (offset, length, address) in the space's order, cut at segment ends.
+    moves: Vec<(u64, u64, u64)>,
+    /// Where each piece's bytes start in `bytes`, and one more entry: the end.
+    starts: Vec<usize>,
+    bytes: Vec<u8>,
+    /// Pieces relocated so far.
+    done: usize,
+    /// The space's count of changes when the plan was made or last applied.
+    changes: u64,
+}
+
+impl GcPlan {
+    /// Whether every piece has been relocated.
+    pub fn is_applied(&self) -> bool {
+        self.done == self.moves.len()
+    }
+
+    /// The pieces of data the pass relocates.
+    pub fn pieces(&self) -> usize {
+        self.moves.len()
     }
 }
 
