@@ -297,6 +297,10 @@ fn run(cli: &Cli) -> CliResult {
                 ("space_tree_memory_bytes", s.space_tree_memory_bytes.into()),
                 ("space_gc_passes", s.space_gc_passes.into()),
                 (
+                    "space_gc_passes_in_writes",
+                    s.space_gc_passes_in_writes.into(),
+                ),
+                (
                     "space_gc_bytes_relocated",
                     s.space_gc_bytes_relocated.into(),
                 ),

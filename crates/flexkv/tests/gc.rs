@@ -719,3 +719,52 @@ fn a_key_written_twice_in_a_batch_counts_the_first_value_as_garbage() {
         db.check().unwrap();
     }
 }
+
+/// The keyspace's FlexSpace collects its garbage in the committer's steps (worked out
+/// under the upgradable lock, relocated in short write sections, synced as a commit
+/// syncs), not inside a write that holds the write lock throughout; and what it
+/// relocated reads back, before and after a crash.
+#[test]
+fn the_committer_collects_the_space_in_steps() {
+    let vfs = FaultVfs::new(43);
+    let open = || {
+        Db::builder(DIR)
+            .vfs(vfs.shared())
+            .value_threshold(4096)
+            .memtable_size(32 << 10)
+            .space_options(small_space())
+            .open()
+            .unwrap()
+    };
+    let db = open();
+    let mut model = BTreeMap::new();
+    let mut rng = SmallRng::seed_from_u64(43);
+    for round in 0..30 {
+        for _ in 0..400 {
+            let k = rng.random_range(0..1_500);
+            let v = value(k, round, rng.random_range(40..400));
+            db.put(&key(k), &v).unwrap();
+            model.insert(key(k), v);
+        }
+        db.flush().unwrap();
+    }
+    let st = db.stats();
+    assert!(st.space_gc_passes >= 5, "{} passes", st.space_gc_passes);
+    assert!(
+        st.space_gc_passes_in_writes * 4 < st.space_gc_passes,
+        "{} of {} passes ran inside a write",
+        st.space_gc_passes_in_writes,
+        st.space_gc_passes
+    );
+    for (k, v) in &model {
+        assert_eq!(db.get(k).unwrap().as_deref(), Some(v.as_slice()));
+    }
+    db.check().unwrap();
+    drop(db);
+    vfs.crash(CrashMode::DropUnsynced);
+    let db = open();
+    db.check().unwrap();
+    for (k, v) in &model {
+        assert_eq!(db.get(k).unwrap().as_deref(), Some(v.as_slice()));
+    }
+}

@@ -100,6 +100,9 @@ pub struct Stats {
     /// Garbage-collection passes of the keyspaces' FlexSpaces (each relocates the live
     /// extents of a few least-used segments of the data file).
     pub space_gc_passes: u64,
+    /// Of `space_gc_passes`: those a write ran itself, holding the keyspace's write
+    /// lock throughout (the committer runs the others in steps that readers pass).
+    pub space_gc_passes_in_writes: u64,
     /// Of `space_data_bytes`: what those passes relocated.
     pub space_gc_bytes_relocated: u64,
     /// Bytes of records the keyspaces hold.
@@ -231,6 +234,7 @@ impl Inner {
             space_data_bytes: shapes.iter().map(|s| s.3.data_bytes_written).sum(),
             space_log_bytes: shapes.iter().map(|s| s.3.log_bytes_written).sum(),
             space_gc_passes: shapes.iter().map(|s| s.3.gc_passes).sum(),
+            space_gc_passes_in_writes: shapes.iter().map(|s| s.3.gc_passes_in_changes).sum(),
             space_gc_bytes_relocated: shapes.iter().map(|s| s.3.gc_bytes_relocated).sum(),
             space_live_bytes: shapes.iter().map(|s| s.3.live_bytes).sum(),
             space_extents: shapes.iter().map(|s| s.3.extents).sum(),
