@@ -1558,12 +1558,19 @@ fn a_gc_pass_in_steps_is_a_pass() {
     s.gc_apply(&mut plan, half).unwrap();
     assert!(!plan.is_applied());
     assert!(content(&s) == m);
+    assert_eq!(s.gc_finish(&plan), 0, "half a pass counts nothing");
+    assert_eq!(s.stats().gc_passes, 0);
     vfs.fail_from(1);
     drop(s);
     vfs.clear_faults();
     vfs.crash(CrashMode::DropUnsynced);
-    assert!(
-        checked_content(&vfs) == m,
-        "the last sync's state after a crash"
-    );
+    let mut back = open(&vfs, opts());
+    back.check().unwrap();
+    assert!(content(&back) == m, "the last sync's state after a crash");
+    // The plan belongs to the opening that made it.
+    assert!(matches!(
+        back.gc_apply(&mut plan, usize::MAX),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(content(&back) == m);
 }

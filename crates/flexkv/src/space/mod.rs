@@ -476,6 +476,9 @@ pub struct FlexSpace {
     /// Counts the calls that may change the space (every one goes through `guarded`),
     /// so that a [`GcPlan`] knows whether the space changed since it was made.
     changes: u64,
+    /// This opening of the space, among all in the process: a [`GcPlan`] belongs to
+    /// the one that made it.
+    opening: u64,
     _lock: FileLock,
 }
 
@@ -607,6 +610,11 @@ impl FlexSpace {
             poisoned: false,
             syncing: false,
             changes: 0,
+            opening: {
+                static OPENINGS: std::sync::atomic::AtomicU64 =
+                    std::sync::atomic::AtomicU64::new(0);
+                OPENINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
             closed: false,
             _lock: lock,
         };

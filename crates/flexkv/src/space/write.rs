@@ -640,18 +640,20 @@ impl FlexSpace {
             bytes,
             done: 0,
             changes: self.changes,
+            opening: self.opening,
         }))
     }
 
     /// Relocates up to `max` more of `plan`'s pieces (all, with `usize::MAX`), written
     /// in the space's order so that pieces next to each other there stay so. A caller
     /// that lets readers in between calls keeps the space otherwise unchanged from the
-    /// plan to its last piece; a plan the space changed under is refused with
-    /// `InvalidArgument` (its pieces may no longer be where it found them). A piece's
+    /// plan to its last piece; a plan the space changed under, or another space's (or
+    /// another opening's), is refused with `InvalidArgument` (its pieces may no longer
+    /// be where it found them). A piece's
     /// old bytes stay where they were until a sync frees its segment, so a read between
     /// two calls finds the same content either way.
     pub fn gc_apply(&mut self, plan: &mut GcPlan, max: usize) -> Result<()> {
-        if plan.changes != self.changes {
+        if plan.opening != self.opening || plan.changes != self.changes {
             return Err(Error::invalid(
                 "a GC plan of a space that has changed since",
             ));
@@ -683,8 +685,12 @@ impl FlexSpace {
     }
 
     /// Ends a GC pass whose pieces are all relocated and made durable (a sync, which
-    /// frees the victims): counts it; returns how many victims it freed.
+    /// frees the victims): counts it; returns how many victims it freed. A plan not
+    /// wholly applied, or another space's, counts nothing and frees nothing.
     pub fn gc_finish(&mut self, plan: &GcPlan) -> u64 {
+        if plan.opening != self.opening || !plan.is_applied() {
+            return 0;
+        }
         let freed = plan
             .victims
             .iter()
@@ -712,6 +718,8 @@ pub struct GcPlan {
     done: usize,
     /// The space's count of changes when the plan was made or last applied.
     changes: u64,
+    /// The opening of the space that made the plan.
+    opening: u64,
 }
 
 impl GcPlan {
