@@ -85,6 +85,22 @@ fn insert_blocks(s: &mut FlexSpace, m: &mut Vec<u8>, count: u8, len: usize, divi
     }
 }
 
+/// A space of 250 blocks of 3,000 bytes, two thirds of each collapsed (which collects
+/// nothing), so that every segment holds garbage, past half of the used space; synced.
+/// Returns the space and its content.
+fn synced_with_garbage(vfs: &FaultVfs) -> (FlexSpace, Vec<u8>) {
+    let mut s = open(vfs, opts());
+    let mut m = Vec::new();
+    insert_blocks(&mut s, &mut m, 250, 3_000, 2);
+    for i in 0..250 {
+        let at = i * 1_000;
+        s.collapse(at as u64, 2_000).unwrap();
+        m.drain(at..at + 2_000);
+    }
+    s.sync().unwrap();
+    (s, m)
+}
+
 /// A length from `usually` with probability `p`, else from `else_`.
 fn length(rng: &mut SmallRng, p: f64, usually: Range<usize>, else_: Range<usize>) -> usize {
     if rng.random_bool(p) {
@@ -620,17 +636,7 @@ fn a_version_1_log_is_replayed_and_replaced_at_open() {
 #[test]
 fn a_replace_that_collects_garbage_first_keeps_both_halves_or_neither() {
     let vfs = FaultVfs::new(11);
-    let mut s = open(&vfs, opts());
-    let mut m = Vec::new();
-    insert_blocks(&mut s, &mut m, 250, 3_000, 2);
-    // Collapses (which collect nothing) of two thirds of every block leave garbage in
-    // every segment, past half of the used space.
-    for i in 0..250 {
-        let at = i * 1_000;
-        s.collapse(at as u64, 2_000).unwrap();
-        m.drain(at..at + 2_000);
-    }
-    s.sync().unwrap();
+    let (mut s, mut m) = synced_with_garbage(&vfs);
     let synced = m.clone();
     assert!(matches!(
         s.replace(m.len() as u64, 1, b"x"),
@@ -1491,17 +1497,7 @@ fn a_sync_in_three_steps_is_a_sync() {
 #[test]
 fn a_gc_pass_in_steps_is_a_pass() {
     let vfs = FaultVfs::new(41);
-    let mut s = open(&vfs, opts());
-    let mut m = Vec::new();
-    insert_blocks(&mut s, &mut m, 250, 3_000, 2);
-    // Collapses (which collect nothing) of two thirds of every block leave garbage in
-    // every segment.
-    for i in 0..250 {
-        let at = i * 1_000;
-        s.collapse(at as u64, 2_000).unwrap();
-        m.drain(at..at + 2_000);
-    }
-    s.sync().unwrap();
+    let (mut s, mut m) = synced_with_garbage(&vfs);
     assert!(s.gc_due(0), "garbage past the space amplification");
     assert_eq!(s.stats().gc_passes, 0);
 
