@@ -20,7 +20,7 @@ use super::history::{self, record_value};
 use super::index::{separator, Interval};
 use super::interval::Loaded;
 use super::record::{Record, RecordValue};
-use super::store::{scattered, SortedStore, State, HEAD};
+use super::store::{scattered, sync_space, SortedStore, State, HEAD};
 use crate::memtable::{Value, Versions};
 use crate::mvcc::Snapshots;
 use crate::space::{FlexSpace, Placement};
@@ -371,10 +371,10 @@ impl SortedStore {
     /// it: a walk of every extent (0.2 s at 3M) and the data file's sync. Here the pass
     /// is worked out under the upgradable lock `st`, which readers pass; its pieces are
     /// relocated in write sections of about [`SECTION`] each; and it is synced as
-    /// [`SortedStore::sync`] syncs, which frees the victims. Nothing else changes the
-    /// space meanwhile (an upgradable read excludes every other writer), and a
-    /// relocation changes neither the index nor any record: the slice's plans still
-    /// hold, and readers need no epoch section for it.
+    /// [`SortedStore::sync`] syncs ([`sync_space`]), which frees the victims. Nothing
+    /// else changes the space meanwhile (an upgradable read excludes every other
+    /// writer), and a relocation changes neither the index nor any record: the slice's
+    /// plans still hold, and readers need no epoch section for it.
     fn collect_garbage<'a>(
         &'a self,
         st: RwLockUpgradableReadGuard<'a, State>,
@@ -399,12 +399,7 @@ impl SortedStore {
             st = RwLockWriteGuard::downgrade_to_upgradable(w);
             r?;
         }
-        let mut w = RwLockUpgradableReadGuard::upgrade(st);
-        w.space.sync_begin()?;
-        let st = RwLockWriteGuard::downgrade_to_upgradable(w);
-        let synced = st.space.sync_data();
-        let mut w = RwLockUpgradableReadGuard::upgrade(st);
-        w.space.sync_finish(synced)?;
+        let mut w = sync_space(st)?;
         w.space.gc_finish(&plan);
         Ok(RwLockWriteGuard::downgrade_to_upgradable(w))
     }

@@ -739,13 +739,7 @@ impl SortedStore {
         // The data file's sync (tens of milliseconds after a commit at 10M pairs) runs
         // under the upgradable lock, which readers pass; it keeps every other writer
         // out, so the space does not change between the steps.
-        let st = self.state.upgradable_read();
-        let mut st = RwLockUpgradableReadGuard::upgrade(st);
-        st.space.sync_begin()?;
-        let st = RwLockWriteGuard::downgrade_to_upgradable(st);
-        let synced = st.space.sync_data();
-        let mut st = RwLockUpgradableReadGuard::upgrade(st);
-        st.space.sync_finish(synced)
+        sync_space(self.state.upgradable_read()).map(drop)
     }
 
     /// Intervals, index bytes, cache bytes and the space's counters.
@@ -968,6 +962,21 @@ impl SortedStore {
 }
 
 /// The version of `key` in `loaded`, if it has one.
+/// Syncs the space from the upgradable lock `st` (see [`SortedStore::sync`]): the first
+/// and last steps under the write lock, the data file's sync under `st`, which readers
+/// pass. Returns the write lock, held since the last step.
+pub(crate) fn sync_space(
+    st: RwLockUpgradableReadGuard<'_, State>,
+) -> Result<RwLockWriteGuard<'_, State>> {
+    let mut st = RwLockUpgradableReadGuard::upgrade(st);
+    st.space.sync_begin()?;
+    let st = RwLockWriteGuard::downgrade_to_upgradable(st);
+    let synced = st.space.sync_data();
+    let mut st = RwLockUpgradableReadGuard::upgrade(st);
+    st.space.sync_finish(synced)?;
+    Ok(st)
+}
+
 fn find_version(loaded: &Loaded, key: &[u8]) -> Option<Version> {
     loaded
         .find(key)
