@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)] // a test helper panics on failure by design
 
-use flexkv::flextree::{Extent, FlexTree, FlexTreeOptions, Run, HOLE, MAX_LEN};
+use flexkv::flextree::{Extent, FlexTree, FlexTreeOptions, Hint, Run, HOLE, MAX_LEN};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -315,6 +315,91 @@ fn apply(t: &mut FlexTree, m: &mut Model, op: &Op) {
     assert_eq!(t.extent_count() as usize, m.exts.len());
 }
 
+/// Bytes followed through the operations with the hint a search gave for each: where
+/// each byte is now, as the operations move it, and its hint.
+#[derive(Default)]
+struct Hinted {
+    bytes: Vec<(u64, Hint)>,
+    /// How often a hint still held, and how often one had lapsed.
+    held: usize,
+    lapsed: usize,
+}
+
+impl Hinted {
+    /// Follows the bytes through `op` (applied to a tree of `size` bytes), dropping the
+    /// ones it removes.
+    fn follow(&mut self, op: &Op, size: u64) {
+        // (where, removed, inserted): bytes at `where..where + removed` go, and
+        // `inserted` new ones take their place.
+        let (at, removed, inserted) = match *op {
+            Op::Insert { at, len, .. } => {
+                let len = len.min(HOLE / 2);
+                if len > MAX_LEN - size {
+                    return;
+                }
+                (within(at, size), 0, len)
+            }
+            Op::InsertHole { at, len } => {
+                if len > MAX_LEN - size {
+                    return;
+                }
+                (within(at, size), 0, len)
+            }
+            Op::Collapse { at, len } => {
+                let off = within(at, size);
+                (off, within(len, size - off), 0)
+            }
+            Op::Overwrite { at, len, .. } => {
+                let len = len.min(HOLE / 2);
+                let off = within(at, size + size / 4 + 8);
+                if off + len > MAX_LEN || len == 0 || off >= size {
+                    // Refused, nothing, or all past the bytes followed.
+                    return;
+                }
+                (off, len.min(size - off), len)
+            }
+            _ => return,
+        };
+        self.bytes.retain_mut(|(pos, _)| {
+            if *pos < at {
+                return true;
+            }
+            if *pos < at + removed {
+                return false;
+            }
+            *pos = *pos - removed + inserted;
+            true
+        });
+    }
+
+    /// Every hint that still holds starts the walk where a search does; a new byte is
+    /// followed now and then.
+    fn check(&mut self, t: &FlexTree, rng_pick: u64) {
+        for (pos, h) in &mut self.bytes {
+            let (walk, now) = t.extents_hinted(*pos, Some(*h));
+            let searched: Vec<Extent> = t.extents_from(*pos).take(3).collect();
+            assert_eq!(
+                walk.take(3).collect::<Vec<_>>(),
+                searched,
+                "hint {h:?} at {pos}"
+            );
+            let now = now.expect("a byte inside the space has a hint");
+            if now == *h {
+                self.held += 1;
+            } else {
+                self.lapsed += 1;
+            }
+            *h = now;
+        }
+        if self.bytes.len() < 8 && !t.is_empty() {
+            let pos = rng_pick % t.len();
+            let (_, h) = t.extents_hinted(pos, None);
+            self.bytes
+                .push((pos, h.expect("a byte inside the space has a hint")));
+        }
+    }
+}
+
 /// Lengths: mostly small, sometimes large, rarely enormous (to drive shifts and partial
 /// offsets through wrap-around).
 fn random_len(rng: &mut SmallRng) -> u64 {
@@ -378,12 +463,23 @@ fn run_seeded(seed: u64, opts: FlexTreeOptions, ops: usize) -> usize {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut t = FlexTree::with_options(opts).unwrap();
     let mut m = Model::default();
+    let mut hinted = Hinted::default();
     let mut max_height = 1;
     for _ in 0..ops {
         let op = random_op(&mut rng);
+        let size = t.len();
         apply(&mut t, &mut m, &op);
+        hinted.follow(&op, size);
+        hinted.check(&t, rng.random());
         max_height = max_height.max(t.height());
     }
+    // Hints both hold (a change elsewhere leaves them) and lapse (one to their leaf).
+    assert!(
+        hinted.held > ops && hinted.lapsed >= 10,
+        "{} held, {} lapsed",
+        hinted.held,
+        hinted.lapsed
+    );
     max_height
 }
 
@@ -437,8 +533,12 @@ proptest! {
         let opts = FlexTreeOptions { leaf_capacity: leaf, internal_capacity: internal };
         let mut t = FlexTree::with_options(opts).unwrap();
         let mut m = Model::default();
-        for op in &ops {
+        let mut hinted = Hinted::default();
+        for (i, op) in ops.iter().enumerate() {
+            let size = t.len();
             apply(&mut t, &mut m, op);
+            hinted.follow(op, size);
+            hinted.check(&t, (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         }
     }
 }

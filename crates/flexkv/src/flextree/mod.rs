@@ -63,7 +63,8 @@ mod read;
 mod update;
 
 pub use node::NodeId;
-pub use read::Extents;
+pub(crate) use read::runs_of;
+pub use read::{Extents, Hint};
 
 use crate::{Error, Result};
 use node::{Leaf, Node};
@@ -128,6 +129,11 @@ pub struct FlexTree {
     /// The next leaf in address order, per node id (only meaningful for leaves). Not part
     /// of a node's persistent content, so changing it does not dirty the node.
     next_leaf: Vec<node::NodeId>,
+    /// When each node last changed, per node id: the value [`FlexTree::changes`] took
+    /// then. A [`Hint`] holds while its leaf's stamp is the one it was made with.
+    stamps: Vec<u64>,
+    /// Node changes so far (allocations and releases included): never repeats a value.
+    changes: u64,
     free: Vec<node::NodeId>,
     /// Ids released since the last [`FlexTree::take_freed`].
     freed: Vec<node::NodeId>,
@@ -165,6 +171,8 @@ impl FlexTree {
             nodes: Vec::new(),
             dirty: Vec::new(),
             next_leaf: Vec::new(),
+            stamps: Vec::new(),
+            changes: 0,
             free: Vec::new(),
             freed: Vec::new(),
             root: 0,

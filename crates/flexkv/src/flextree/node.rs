@@ -2,8 +2,10 @@
 //!
 //! Nodes live in one `Vec` and are named by [`NodeId`] (their index), so a node keeps its
 //! id for its whole life and `space` can map ids to on-disk slots for copy-on-write.
-//! Every mutable access goes through [`FlexTree::leaf_mut`] / [`FlexTree::internal_mut`],
-//! which set the node's dirty flag: no change can escape the next checkpoint.
+//! Every mutable access goes through [`FlexTree::leaf_mut`] / [`FlexTree::internal_mut`]
+//! (or, for a node's birth and death, [`FlexTree::alloc`] / [`FlexTree::release`]), which
+//! mark the node changed ([`FlexTree::changed`]): dirty, so no change can escape the next
+//! checkpoint, and stamped, so no [`Hint`](super::Hint) into it outlives the change.
 //!
 //! Offsets inside nodes are *partial*: relative to the node's own start. The shift value
 //! of a child pointer is the child's start relative to its parent, which is exactly the
@@ -311,6 +313,7 @@ impl FlexTree {
         let tables = self.nodes.capacity() * size_of::<Node>()
             + self.dirty.capacity()
             + self.next_leaf.capacity() * size_of::<NodeId>()
+            + self.stamps.capacity() * size_of::<u64>()
             + (self.free.capacity() + self.freed.capacity()) * size_of::<NodeId>();
         (nodes + tables) as u64
     }
@@ -329,17 +332,33 @@ impl FlexTree {
                 self.nodes.push(node);
                 self.dirty.push(false);
                 self.next_leaf.push(NIL);
+                self.stamps.push(0);
                 id
             }
         };
-        self.dirty[id as usize] = true;
+        self.changed(id);
         self.next_leaf[id as usize] = NIL;
         id
+    }
+
+    /// Marks node `id` changed: dirty for the next checkpoint, and stamped, so that no
+    /// [`Hint`](super::Hint) into it made before holds any more. Every change to a node
+    /// goes through here.
+    pub(crate) fn changed(&mut self, id: NodeId) {
+        self.dirty[id as usize] = true;
+        self.changes += 1;
+        self.stamps[id as usize] = self.changes;
+    }
+
+    /// The stamp of node `id`'s last change.
+    pub(crate) fn stamp(&self, id: NodeId) -> u64 {
+        self.stamps[id as usize]
     }
 
     /// Returns a node's slot to the arena; `take` the node out first if it is still needed.
     pub(crate) fn release(&mut self, id: NodeId) {
         self.nodes[id as usize] = Node::Free;
+        self.changed(id);
         self.dirty[id as usize] = false;
         self.next_leaf[id as usize] = NIL;
         self.free.push(id);
@@ -347,6 +366,8 @@ impl FlexTree {
     }
 
     pub(crate) fn take(&mut self, id: NodeId) -> Node {
+        self.changes += 1;
+        self.stamps[id as usize] = self.changes;
         std::mem::replace(&mut self.nodes[id as usize], Node::Free)
     }
 
@@ -369,7 +390,7 @@ impl FlexTree {
     }
 
     pub(crate) fn leaf_mut(&mut self, id: NodeId) -> &mut Leaf {
-        self.dirty[id as usize] = true;
+        self.changed(id);
         match &mut self.nodes[id as usize] {
             Node::Leaf(l) => l,
             other => panic!("node {id} is not a leaf: {other:?}"),
@@ -377,7 +398,7 @@ impl FlexTree {
     }
 
     pub(crate) fn internal_mut(&mut self, id: NodeId) -> &mut Internal {
-        self.dirty[id as usize] = true;
+        self.changed(id);
         match &mut self.nodes[id as usize] {
             Node::Internal(n) => n,
             other => panic!("node {id} is not internal: {other:?}"),

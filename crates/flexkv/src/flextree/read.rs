@@ -66,7 +66,81 @@ impl Iterator for Extents<'_> {
     }
 }
 
+/// Where in the tree a range started when a search found it: the leaf, the entry in it
+/// and how far into that entry the range's first byte lay, with the leaf's stamp then.
+/// [`FlexTree::extents_hinted`] starts there without a descent for as long as the leaf
+/// has not changed since (its stamp is the same), given the range's offset now.
+///
+/// Why that is enough: the leaf's entries lie in the same order at the same distances
+/// from one another until the leaf changes; a change anywhere before the leaf (an insert
+/// or a collapse in an earlier one) moves the whole leaf and the range's first byte by
+/// the same amount, and a change after it moves neither. So the first byte is still
+/// `within` bytes into the same entry. The caller must give the offset the same byte has
+/// now (the sorted keyspace keeps hints per interval, whose offsets its index tracks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hint {
+    pub(crate) leaf: NodeId,
+    pub(crate) stamp: u64,
+    pub(crate) pos: u32,
+    pub(crate) within: u64,
+}
+
 impl FlexTree {
+    /// The extents from the one holding byte `off` to the end of the space, as
+    /// [`FlexTree::extents_from`] gives them, starting at `hint` without a descent if it
+    /// still holds (see [`Hint`]: `off` must be where the hinted byte lies now); also the
+    /// hint for `off` now (`hint` itself if it held). `off < len()`.
+    pub fn extents_hinted(&self, off: u64, hint: Option<Hint>) -> (Extents<'_>, Option<Hint>) {
+        if let Some(h) = hint.filter(|h| self.holds(h) && h.within <= off) {
+            let leaf = self.leaf(h.leaf);
+            let extents = Extents {
+                tree: self,
+                leaf: h.leaf,
+                current: Some(leaf),
+                next: h.pos as usize,
+                offset: off - h.within,
+            };
+            return (extents, Some(h));
+        }
+        if off >= self.size {
+            return (self.extents_from(off), None);
+        }
+        let (leaf, pos, offset) = self.locate(off);
+        let hint = Hint {
+            leaf,
+            stamp: self.stamp(leaf),
+            pos: pos as u32,
+            within: off - offset,
+        };
+        let extents = Extents {
+            tree: self,
+            leaf,
+            current: Some(self.leaf(leaf)),
+            next: pos,
+            offset,
+        };
+        (extents, Some(hint))
+    }
+
+    /// Whether `h` still holds: its leaf has not changed since it was made.
+    pub fn holds(&self, h: &Hint) -> bool {
+        (h.leaf as usize) < self.stamps.len() && self.stamp(h.leaf) == h.stamp
+    }
+
+    /// The hint for the extent `extents` yielded last, which holds byte `off`, or `None`
+    /// if it has yielded none.
+    pub fn hint_at(&self, extents: &Extents<'_>, off: u64, last: &Extent) -> Option<Hint> {
+        if extents.next == 0 || extents.current.is_none() || off < last.offset {
+            return None;
+        }
+        Some(Hint {
+            leaf: extents.leaf,
+            stamp: self.stamp(extents.leaf),
+            pos: (extents.next - 1) as u32,
+            within: off - last.offset,
+        })
+    }
+
     /// Descends without changing anything; returns the leaf holding `off`, the index of
     /// the entry that holds it, and that entry's effective start. `off < len()`.
     fn locate(&self, off: u64) -> (NodeId, usize, u64) {
@@ -127,20 +201,8 @@ impl FlexTree {
     /// one run per extent touched, the first and last cut to the range. Holes come back as
     /// runs with no address.
     pub fn query_into(&self, off: u64, len: u64, out: &mut Vec<Run>) -> crate::Result<()> {
-        out.clear();
         self.check_range("query", off, len)?;
-        let end = off + len;
-        for e in self.extents_from(off) {
-            if e.offset >= end {
-                break;
-            }
-            let from = off.max(e.offset);
-            let to = end.min(e.offset + e.len);
-            out.push(Run {
-                addr: e.addr.map(|a| a + (from - e.offset)),
-                len: to - from,
-            });
-        }
+        runs_of(self.extents_from(off), off, len, out);
         Ok(())
     }
 
@@ -154,5 +216,23 @@ impl FlexTree {
     /// The tag of the extent that starts exactly at `off`; `None` if no extent starts there.
     pub fn tag_at(&self, off: u64) -> Option<u8> {
         self.lookup(off).filter(|e| e.offset == off).map(|e| e.tag)
+    }
+}
+
+/// The physical runs that map `[off, off + len)` into `out` (cleared first), from
+/// `extents`, which start at the extent holding `off` ([`FlexTree::query_into`]).
+pub(crate) fn runs_of(extents: Extents<'_>, off: u64, len: u64, out: &mut Vec<Run>) {
+    out.clear();
+    let end = off + len;
+    for e in extents {
+        if e.offset >= end {
+            break;
+        }
+        let from = off.max(e.offset);
+        let to = end.min(e.offset + e.len);
+        out.push(Run {
+            addr: e.addr.map(|a| a + (from - e.offset)),
+            len: to - from,
+        });
     }
 }

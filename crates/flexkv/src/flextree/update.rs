@@ -92,7 +92,7 @@ impl FlexTree {
             }
             Node::Free => panic!("split of a free node {old}"),
         };
-        self.dirty[old as usize] = true;
+        self.changed(old);
         let new_id = self.alloc(new_node);
         if self.is_leaf(new_id) {
             self.next_leaf[new_id as usize] = self.next_leaf[old as usize];
