@@ -286,14 +286,15 @@ fn read_back(db: &Db, model: &std::collections::BTreeMap<u32, u32>, when: &str) 
 }
 
 /// Reads of intervals from the space start at the spots the index keeps for them
-/// (with no search of the FlexTree) and see every change to them: the spots are
-/// taken after large commits (and at open) and by reads, and forgotten for each
-/// interval a commit changes. Overwrites with values of the same length change an interval's
-/// bytes but not its size, so a spot kept by mistake would read the old values.
-/// Small commits (below the size that takes every spot afresh) and large ones
-/// alternate; `check` compares every spot with the space.
+/// (with no search of the FlexTree), or for intervals in pieces at the tree leaf their
+/// hints name, and see every change to them: the shortcuts are taken after large
+/// commits (and at open) and by reads, and forgotten for each interval a commit
+/// changes. Overwrites with values of the same length change an interval's bytes but
+/// not its size, so a spot kept by mistake would read the old values. Small commits
+/// (below the size that takes every shortcut afresh) and large ones alternate; `check`
+/// compares every shortcut with the space.
 #[test]
-fn reads_at_spots_see_every_change_to_their_intervals() {
+fn reads_at_spots_and_hints_see_every_change_to_their_intervals() {
     let vfs = FaultVfs::new(41);
     let db = open_uncached(&vfs);
     let mut model = std::collections::BTreeMap::new();
@@ -304,6 +305,7 @@ fn reads_at_spots_see_every_change_to_their_intervals() {
     read_back(&db, &model, "loaded");
     let mut spots = db.stats().spot_reads;
     assert!(spots > 3_000, "{spots} reads at spots");
+    let mut hints = db.stats().hint_reads;
     let mut rng = SmallRng::seed_from_u64(41);
     for round in 1..=8 {
         // Odd rounds change a few keys, even ones a third of them.
@@ -317,6 +319,10 @@ fn reads_at_spots_see_every_change_to_their_intervals() {
         let now = db.stats().spot_reads;
         assert!(now > spots, "round {round}: no read at a spot");
         spots = now;
+        // The intervals the rounds changed in place lie in pieces: hints reach those.
+        let now = db.stats().hint_reads;
+        assert!(now > hints, "round {round}: no read by a hint");
+        hints = now;
     }
     drop(db);
     read_back(&open_uncached(&vfs), &model, "reopened at the end");

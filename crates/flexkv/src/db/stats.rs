@@ -75,6 +75,10 @@ pub struct Stats {
     /// entry (where they lay in one piece), with no search of the FlexTree (see the
     /// design's "Spots"); counted in `cache_misses` too.
     pub spot_reads: u64,
+    /// Intervals in pieces read from the FlexSpace by the hint kept beside their
+    /// sparse-index entry: the walk of their extents started at the FlexTree leaf it
+    /// names, with no descent (see the design's "Hints"); counted in `cache_misses` too.
+    pub hint_reads: u64,
     /// Intervals the committer split off a grown interval (one per new interval).
     pub interval_splits: u64,
     /// Intervals the committer merged into a neighbour (emptied ones, and two small
@@ -221,6 +225,7 @@ impl Inner {
             intervals_read_ahead: sum(&|s| get(&s.counters.read_ahead)),
             read_defrags: sum(&|s| get(&s.counters.read_defrags)),
             spot_reads: sum(&|s| get(&s.counters.spot_reads)),
+            hint_reads: sum(&|s| get(&s.counters.hint_reads)),
             interval_splits: sum(&|s| get(&s.counters.splits)),
             interval_merges: sum(&|s| get(&s.counters.merges)),
             intervals: shapes.iter().map(|s| s.0).sum(),

@@ -40,7 +40,8 @@ use smallvec::SmallVec;
 use super::doorkeeper::Doorkeeper;
 use super::index::SparseIndex;
 use super::interval::Loaded;
-use crate::space::Spot;
+use crate::flextree::Hint;
+use crate::space::{Shortcut, Spot};
 
 /// Bytes of bookkeeping per entry beyond its interval and keys, for the budget: the
 /// skip-list node and the ring slot. (The index's [`Slot`]s are the index's memory,
@@ -58,47 +59,86 @@ const PER_ENTRY: usize = 128;
 /// still; the lock inside the slot is for the cache, which may replace or evict an
 /// entry while other readers hold the keyspace's lock shared too.
 ///
-/// A slot also keeps the interval's [`Spot`] once a read found the interval in one
-/// piece: a later read of it from the space then skips the FlexTree's descent, which
-/// was a quarter of a point read's time at 10M pairs (docs/design.md, "Spots"). Reads
-/// leave spots under the keyspace's read lock: the space does not change meanwhile,
-/// so every read then finds the same one. The committer forgets an interval's spot
-/// before it changes the interval's records ([`SparseIndex::find_to_edit`]).
+/// A slot also keeps the interval's [`Shortcut`] in the space once a read found it: its
+/// [`Spot`] if the interval lies in one piece, else a [`Hint`] to the FlexTree's leaf
+/// where its extents start. A later read of it from the space then skips the FlexTree's
+/// descent, which was a quarter of a point read's time at 10M pairs (docs/design.md,
+/// "Spots" and "Hints"). Reads leave shortcuts under the keyspace's read lock: the
+/// space does not change meanwhile, so every read then finds the same one. The
+/// committer forgets an interval's shortcut before it changes the interval's records
+/// ([`SparseIndex::find_to_edit`]); a hint also lapses by itself once its leaf changes.
 #[derive(Debug, Default)]
 pub(crate) struct Slot(RwLock<Held>);
 
 #[derive(Debug)]
 struct Held {
     loaded: Option<Arc<Loaded>>,
-    /// The spot's address ([`NO_SPOT`]: none) and opening count, apart: as an
-    /// `Option<Spot>` they took 24 bytes, not 16, in every interval's slot.
-    spot_addr: u64,
-    spot_opened: u32,
+    /// The shortcut in three words ([`Held::shortcut`]): as an `Option<Shortcut>` it
+    /// would take 32 bytes, not 16, in every interval's slot. [`NONE`] in `a`: none. A
+    /// spot: its address, its opening count, 0. A hint: its leaf's stamp, its leaf,
+    /// and [`HINT`] with the entry (the bits above [`WITHIN_BITS`]) and how far into it
+    /// the interval starts (the bits below).
+    a: u64,
+    b: u32,
+    c: u32,
 }
 
-/// [`Held::spot_addr`] of a slot with no spot.
-const NO_SPOT: u64 = u64::MAX;
+/// [`Held::a`] of a slot with no shortcut.
+const NONE: u64 = u64::MAX;
+/// [`Held::c`]'s mark of a hint.
+const HINT: u32 = 1 << 31;
+/// Bits of [`Held::c`] for how far into its entry a hinted interval starts; a hint that
+/// does not fit (an entry past 2^11 in its leaf, or a start 1 MiB into an extent) is
+/// not kept.
+const WITHIN_BITS: u32 = 20;
 
 impl Default for Held {
     fn default() -> Self {
         Held {
             loaded: None,
-            spot_addr: NO_SPOT,
-            spot_opened: 0,
+            a: NONE,
+            b: 0,
+            c: 0,
         }
     }
 }
 
 impl Held {
-    fn spot(&self) -> Option<Spot> {
-        (self.spot_addr != NO_SPOT).then_some(Spot {
-            addr: self.spot_addr,
-            opened: self.spot_opened,
+    fn shortcut(&self) -> Option<Shortcut> {
+        if self.a == NONE {
+            return None;
+        }
+        Some(if self.c & HINT == 0 {
+            Shortcut::Spot(Spot {
+                addr: self.a,
+                opened: self.b,
+            })
+        } else {
+            Shortcut::Hint(Hint {
+                leaf: self.b,
+                stamp: self.a,
+                pos: (self.c & !HINT) >> WITHIN_BITS,
+                within: u64::from(self.c & ((1 << WITHIN_BITS) - 1)),
+            })
         })
     }
 
-    fn set_spot(&mut self, spot: Option<Spot>) {
-        (self.spot_addr, self.spot_opened) = spot.map_or((NO_SPOT, 0), |s| (s.addr, s.opened));
+    fn set_shortcut(&mut self, shortcut: Option<Shortcut>) {
+        (self.a, self.b, self.c) = match shortcut {
+            Some(Shortcut::Spot(s)) => (s.addr, s.opened, 0),
+            Some(Shortcut::Hint(h))
+                if h.stamp != NONE
+                    && h.pos < 1 << (31 - WITHIN_BITS)
+                    && h.within < 1 << WITHIN_BITS =>
+            {
+                (
+                    h.stamp,
+                    h.leaf,
+                    HINT | h.pos << WITHIN_BITS | h.within as u32,
+                )
+            }
+            _ => (NONE, 0, 0),
+        };
     }
 }
 
@@ -106,18 +146,18 @@ impl Slot {
     /// What `read` makes of the interval held here, if any (marked recently used),
     /// without taking a reference to it: a point read that copies its record out needs
     /// none, and a reference count is an atomic write to a line the read would
-    /// otherwise only load. If none is held, the spot kept here, if any.
-    pub(crate) fn read_or_spot<R>(
+    /// otherwise only load. If none is held, the shortcut kept here, if any.
+    pub(crate) fn read_or_shortcut<R>(
         &self,
         read: impl FnOnce(&Loaded) -> R,
-    ) -> std::result::Result<R, Option<Spot>> {
+    ) -> std::result::Result<R, Option<Shortcut>> {
         let held = self.0.read();
         match held.loaded.as_deref() {
             Some(l) => {
                 l.referenced.set();
                 Ok(read(l))
             }
-            None => Err(held.spot()),
+            None => Err(held.shortcut()),
         }
     }
 
@@ -134,19 +174,19 @@ impl Slot {
         self.0.read().loaded.clone()
     }
 
-    /// The spot kept here, if any.
-    pub(crate) fn spot(&self) -> Option<Spot> {
-        self.0.read().spot()
+    /// The shortcut kept here, if any.
+    pub(crate) fn shortcut(&self) -> Option<Shortcut> {
+        self.0.read().shortcut()
     }
 
-    /// Keeps `spot` (a read's, under the keyspace's read lock) from now on.
-    pub(crate) fn set_spot(&self, spot: Option<Spot>) {
-        self.0.write().set_spot(spot);
+    /// Keeps `shortcut` (a read's, under the keyspace's read lock) from now on.
+    pub(crate) fn set_shortcut(&self, shortcut: Option<Shortcut>) {
+        self.0.write().set_shortcut(shortcut);
     }
 
-    /// Forgets the spot: the interval's records are about to change.
-    pub(crate) fn forget_spot(&mut self) {
-        self.0.get_mut().set_spot(None);
+    /// Forgets the shortcut: the interval's records are about to change.
+    pub(crate) fn forget_shortcut(&mut self) {
+        self.0.get_mut().set_shortcut(None);
     }
 
     /// Whether this slot holds `l` itself.
@@ -600,6 +640,39 @@ mod tests {
     use super::*;
     use crate::sorted::{Record, RecordValue};
 
+    /// A slot gives back the shortcut it was given, in 16 bytes; a hint too far into
+    /// its leaf or its extent to pack is not kept.
+    #[test]
+    fn a_slot_keeps_spots_and_hints_that_fit() {
+        assert_eq!(std::mem::size_of::<Held>(), 24);
+        let mut slot = Slot::default();
+        let spot = Shortcut::Spot(Spot {
+            addr: (1 << 40) + 7,
+            opened: u32::MAX,
+        });
+        let hint = |pos: u32, within: u64| {
+            Shortcut::Hint(Hint {
+                leaf: u32::MAX - 1,
+                stamp: u64::MAX - 1,
+                pos,
+                within,
+            })
+        };
+        let fits = [spot, hint(0, 0), hint(2047, (1 << 20) - 1), hint(168, 4096)];
+        for s in fits {
+            slot.set_shortcut(Some(s));
+            assert_eq!(slot.shortcut(), Some(s));
+            assert_eq!(slot.read_or_shortcut(|_| ()), Err(Some(s)));
+        }
+        for s in [hint(2048, 0), hint(0, 1 << 20)] {
+            slot.set_shortcut(Some(s));
+            assert_eq!(slot.shortcut(), None, "{s:?}");
+        }
+        slot.set_shortcut(Some(spot));
+        slot.forget_shortcut();
+        assert_eq!(slot.shortcut(), None);
+    }
+
     fn interval(n: usize) -> Arc<Loaded> {
         let mut buf = Vec::new();
         for i in 0..n {
@@ -671,7 +744,7 @@ mod tests {
         assert_eq!(c.entries(&c.index).unwrap().len(), 2);
         // A read finds the interval through the slot at its place in the index.
         let at = c.index.locate(b"b0");
-        assert_eq!(c.index.slot_at(at).read_or_spot(|l| l.len()), Ok(3));
+        assert_eq!(c.index.slot_at(at).read_or_shortcut(|l| l.len()), Ok(3));
         // Splitting `a` adds an empty slot beside it; its pieces are cached after.
         c.index.split(b"a", 0, b"a5").unwrap();
         assert!(c.index.slot_of(b"a5").unwrap().peek().is_none());

@@ -229,11 +229,11 @@ impl SparseIndex {
     }
 
     /// [`SparseIndex::find`] for a caller about to change the interval's records: its
-    /// slot forgets the interval's [`Spot`](crate::space::Spot).
+    /// slot forgets the interval's [`Shortcut`](crate::space::Shortcut).
     pub(crate) fn find_to_edit(&mut self, key: &[u8]) -> Interval {
         let (leaf, j, shift) = self.walk(key, |_, _| {});
         match &mut self.nodes[leaf] {
-            Node::Leaf { slots, .. } => slots[j].forget_spot(),
+            Node::Leaf { slots, .. } => slots[j].forget_shortcut(),
             Node::Internal { .. } => unreachable!("paths end at leaves"),
         }
         self.interval_at(leaf, j, shift)

@@ -33,7 +33,7 @@ use super::record::{peek_key, Record};
 use super::rows::RecordCache;
 use crate::io::Vfs;
 use crate::memtable::KeyspaceId;
-use crate::space::{Cursor, FlexSpace, SpaceOptions, Spot};
+use crate::space::{Cursor, FlexSpace, RangeRead, Shortcut, SpaceOptions};
 use crate::vlog::Pointer;
 use crate::{Error, Result};
 
@@ -82,6 +82,7 @@ pub(crate) struct StoreCounters {
     pub(crate) read_ahead: AtomicU64,
     pub(crate) read_defrags: AtomicU64,
     pub(crate) spot_reads: AtomicU64,
+    pub(crate) hint_reads: AtomicU64,
     pub(crate) splits: AtomicU64,
     pub(crate) merges: AtomicU64,
 }
@@ -277,13 +278,13 @@ impl SortedStore {
         Ok(store)
     }
 
-    /// Leaves in every interval's slot its spot now (or none, for one in pieces): one
-    /// walk of the index and the tree's extents together, 34 ms for 10M pairs
-    /// (docs/design.md, "Spots").
+    /// Leaves in every interval's slot its shortcut now (its spot, or for one in pieces
+    /// a hint): one walk of the index and the tree's extents together, 34 ms for 10M
+    /// pairs (docs/design.md, "Spots").
     pub(crate) fn refresh_spots(&self, st: &State) {
         let mut cursor = st.space.cursor();
         st.index
-            .walk_sizes(|size, slot| slot.set_spot(cursor.spot(size)));
+            .walk_sizes(|size, slot| slot.set_shortcut(cursor.shortcut(size)));
     }
 
     /// Gives the caches what the budget leaves beside the sparse index and the FlexTree
@@ -355,12 +356,12 @@ impl SortedStore {
     fn get_holding(&self, st: &State, key: &[u8]) -> Result<Option<Version>> {
         let at = st.index.locate(key);
         let slot = st.index.slot_at(at);
-        let spot = match slot.read_or_spot(|l| find_version(l, key)) {
+        let shortcut = match slot.read_or_shortcut(|l| find_version(l, key)) {
             Ok(found) => {
                 self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(found);
             }
-            Err(spot) => spot,
+            Err(shortcut) => shortcut,
         };
         // Just missed: straight to the space, not through `load`'s second cache lookup
         // or a second descent of the index.
@@ -374,7 +375,7 @@ impl SortedStore {
             .saturating_add(super::interval::overhead(self.split_pairs));
         let fits = self.fits(st);
         if !self.cache.admits(&iv.key, size, fits) {
-            let (found, extents) = self.find_in_space(&st.space, &iv, key, slot, spot)?;
+            let (found, extents) = self.find_in_space(&st.space, &iv, key, slot, shortcut)?;
             self.want_rewrite(&st.space, &iv, extents);
             if let Some(v) = &found {
                 self.rows.put(key, v);
@@ -393,9 +394,9 @@ impl SortedStore {
     /// its record (half of them on average). A record may span two extents; one that
     /// does not decode yet waits for the next. Whatever does not check out (a record
     /// that never decodes, keys out of order) is left to [`SortedStore::read_interval`],
-    /// which reads the whole interval and says what is wrong with it. The read starts
-    /// at the interval's `spot` if it has one that still holds, and otherwise leaves
-    /// the spot it finds in `slot`. Returns the version and how many extents hold the
+    /// which reads the whole interval and says what is wrong with it. The read goes by
+    /// the interval's `shortcut` if it has one that still holds, and otherwise leaves
+    /// the one it finds in `slot`. Returns the version and how many extents hold the
     /// interval.
     fn find_in_space(
         &self,
@@ -403,7 +404,7 @@ impl SortedStore {
         iv: &Interval,
         key: &[u8],
         slot: &Slot,
-        spot: Option<Spot>,
+        shortcut: Option<Shortcut>,
     ) -> Result<(Option<Version>, usize)> {
         let size =
             usize::try_from(iv.size).map_err(|_| self.corrupt(iv.offset, "huge interval"))?;
@@ -434,15 +435,9 @@ impl SortedStore {
             }
             true
         };
-        let extents = match self.read_spot(space, spot, &mut buf, &mut decode)? {
-            true => 1,
-            false => {
-                let (extents, _, spot) =
-                    space.read_self_checked_while(iv.offset, &mut buf, &mut decode)?;
-                slot.set_spot(spot);
-                extents
-            }
-        };
+        let extents = self
+            .read_by(space, iv.offset, shortcut, slot, &mut buf, &mut decode)?
+            .extents;
         match found {
             Some(v) if sound => Ok((v, extents)),
             // Every record decoded and all are below `key`.
@@ -662,28 +657,36 @@ impl SortedStore {
         self.read_interval_at(space, iv, None, None).map(|(l, _)| l)
     }
 
-    /// Reads `buf` (an interval's bytes) from `spot` if there is one and it holds,
-    /// telling `more` as [`FlexSpace::read_spot_while`] does; whether it did.
-    fn read_spot(
+    /// Reads the interval at `offset` into `buf` by `shortcut` if it still holds, as
+    /// [`FlexSpace::read_while`] does, counting the reads that went by one, and leaves
+    /// the interval's shortcut now in `slot` if it differs.
+    fn read_by(
         &self,
         space: &FlexSpace,
-        spot: Option<Spot>,
+        offset: u64,
+        shortcut: Option<Shortcut>,
+        slot: &Slot,
         buf: &mut [u8],
         more: impl FnMut(&[u8]) -> bool,
-    ) -> Result<bool> {
-        let Some(spot) = spot else { return Ok(false) };
-        let read = space.read_spot_while(spot, buf, more)?.is_some();
-        if read {
-            self.counters.spot_reads.fetch_add(1, Ordering::Relaxed);
+    ) -> Result<RangeRead> {
+        let read = space.read_while(offset, buf, shortcut, more)?;
+        match shortcut.filter(|_| read.used) {
+            Some(Shortcut::Spot(_)) => self.counters.spot_reads.fetch_add(1, Ordering::Relaxed),
+            Some(Shortcut::Hint(_)) => self.counters.hint_reads.fetch_add(1, Ordering::Relaxed),
+            None => 0,
+        };
+        if read.shortcut != shortcut {
+            slot.set_shortcut(read.shortcut);
         }
         Ok(read)
     }
 
     /// [`SortedStore::read_interval`], and how many extents hold the interval. With
-    /// the interval's `slot`, the read starts at the slot's spot if it has one that
-    /// still holds, and otherwise leaves the spot it finds there. With a `cursor`
-    /// (made at its first use), a read of the interval that follows the last one read
-    /// through it goes on with its walk of the tree.
+    /// the interval's `slot`, the read goes by the slot's shortcut if it has one that
+    /// still holds (with a `cursor`, only a spot: a cursor's walk needs no hint), and
+    /// leaves the shortcut it finds there. With a `cursor` (made at its first use), a
+    /// read of the interval that follows the last one read through it goes on with its
+    /// walk of the tree.
     pub(crate) fn read_interval_at<'a>(
         &self,
         space: &'a FlexSpace,
@@ -695,22 +698,32 @@ impl SortedStore {
             usize::try_from(iv.size).map_err(|_| self.corrupt(iv.offset, "huge interval"))?;
         let mut buf = vec![0; size];
         // Records carry their own checksums, which `parse` verifies.
-        let spot = slot.and_then(Slot::spot);
-        let extents = if self.read_spot(space, spot, &mut buf, |_| true)? {
-            if let Some(Some(c)) = cursor {
-                c.pass(iv.offset, iv.size);
+        let shortcut = slot.and_then(Slot::shortcut);
+        let extents = match (slot, cursor) {
+            // A spot reads the interval with no walk at all; the cursor passes it.
+            (Some(slot), Some(c)) if matches!(shortcut, Some(Shortcut::Spot(_))) => {
+                let read = self.read_by(space, iv.offset, shortcut, slot, &mut buf, |_| true)?;
+                if let Some(c) = c {
+                    if read.used {
+                        c.pass(iv.offset, iv.size);
+                    }
+                }
+                read.extents
             }
-            1
-        } else {
-            let (extents, spot) = match cursor {
-                Some(c) => (c.get_or_insert_with(|| space.cursor()))
-                    .read_self_checked(iv.offset, &mut buf)?,
-                None => space.read_self_checked(iv.offset, &mut buf)?,
-            };
-            if let Some(slot) = slot {
-                slot.set_spot(spot);
+            // Intervals read in a row go on with the cursor's walk.
+            (slot, Some(c)) => {
+                let (extents, now) = (c.get_or_insert_with(|| space.cursor()))
+                    .read_self_checked(iv.offset, &mut buf)?;
+                if let Some(slot) = slot.filter(|_| now != shortcut) {
+                    slot.set_shortcut(now);
+                }
+                extents
             }
-            extents
+            (Some(slot), None) => {
+                self.read_by(space, iv.offset, shortcut, slot, &mut buf, |_| true)?
+                    .extents
+            }
+            (None, None) => space.read_self_checked(iv.offset, &mut buf)?.0,
         };
         let mut l = Loaded::parse(buf).map_err(|(at, why)| {
             self.corrupt(
@@ -821,19 +834,19 @@ impl SortedStore {
                 )));
             }
         }
-        // Every interval's spot that still holds reads what the space holds for it.
-        let mut spots = Vec::new();
+        // Every interval's shortcut that still holds reads what the space holds for it.
+        let mut shortcuts = Vec::new();
         st.index
             .walk_intervals(None, true, |key, offset, size, slot| {
-                spots.extend(slot.spot().map(|s| (key, offset, size, s)));
+                shortcuts.extend(slot.shortcut().map(|s| (key, offset, size, s)));
                 true
             });
-        for (key, offset, size, spot) in spots {
+        for (key, offset, size, shortcut) in shortcuts {
             let mut at_spot = vec![0; usize::try_from(size).unwrap_or(usize::MAX)];
-            if st
+            if !st
                 .space
-                .read_spot_while(spot, &mut at_spot, |_| true)?
-                .is_none()
+                .read_while(offset, &mut at_spot, Some(shortcut), |_| true)?
+                .used
             {
                 continue;
             }
@@ -843,7 +856,10 @@ impl SortedStore {
                 size,
             };
             if at_spot != self.read_interval(&st.space, &iv)?.bytes() {
-                return Err(self.corrupt(offset, &format!("interval {key:?} differs at its spot")));
+                return Err(self.corrupt(
+                    offset,
+                    &format!("interval {key:?} differs at its shortcut {shortcut:?}"),
+                ));
             }
         }
         // Every cached record is the one the space holds for its key.

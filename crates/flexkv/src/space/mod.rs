@@ -31,7 +31,7 @@ mod write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::flextree::{FlexTree, FlexTreeOptions, Run};
+use crate::flextree::{FlexTree, FlexTreeOptions, Hint, Run};
 use crate::io::{FileLock, OpenMode, Vfs, VfsFile, Window};
 use crate::{Error, Result};
 use crc::{BlockSum, CrcTable};
@@ -195,6 +195,33 @@ pub struct Spot {
     pub(crate) opened: u32,
 }
 
+/// What a reader may keep of where a range lay when it read it, to read it again with
+/// less work: its [`Spot`] if it lay in one piece inside one segment (no tree at all),
+/// or else a [`Hint`] to where the tree's walk of it starts (no descent). A spot holds
+/// until the range's content changes (the keeper's to know) or its segment is freed; a
+/// hint until the tree's leaf it points into changes, and only for the offset the
+/// range's first byte has now. From [`FlexSpace::read_while`] and [`Cursor::shortcut`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shortcut {
+    /// The range lay in one piece.
+    Spot(Spot),
+    /// Where the walk of the range's extents starts.
+    Hint(Hint),
+}
+
+/// What [`FlexSpace::read_while`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangeRead {
+    /// How many extents map the whole range, read or not (1 for a spot).
+    pub extents: usize,
+    /// How many bytes of the buffer were filled.
+    pub filled: usize,
+    /// The range's shortcut now: the one given if it held.
+    pub shortcut: Option<Shortcut>,
+    /// Whether the shortcut given held and the read went by it.
+    pub used: bool,
+}
+
 /// Reads of ranges in logical order with one walk of the tree's extents for all of
 /// them, from [`FlexSpace::cursor`]: a read that starts where the one before it ended
 /// takes its runs from where that one stopped, where a read on its own searches the
@@ -211,11 +238,18 @@ pub struct Cursor<'a> {
 }
 
 impl Cursor<'_> {
-    /// The spot of the `len` bytes after the ranges asked for so far, if they lie in
-    /// one piece inside one segment.
-    pub fn spot(&mut self, len: u64) -> Option<Spot> {
+    /// The [`Shortcut`] of the `len` bytes after the ranges asked for so far: their spot
+    /// if they lie in one piece inside one segment, else a hint to where they start.
+    pub fn shortcut(&mut self, len: u64) -> Option<Shortcut> {
+        let hint = self
+            .current
+            .filter(|e| e.offset <= self.off && self.off < e.offset + e.len)
+            .and_then(|e| self.space.tree.hint_at(&self.extents, self.off, &e));
         self.take_runs(len);
-        self.space.spot_of(&self.runs)
+        match self.space.spot_of(&self.runs) {
+            Some(spot) => Some(Shortcut::Spot(spot)),
+            None => hint.map(Shortcut::Hint),
+        }
     }
 
     /// Moves the cursor past the `len` bytes at `off` without reading them, if it is
@@ -229,7 +263,12 @@ impl Cursor<'_> {
 
     /// [`FlexSpace::read_self_checked`] of `buf.len()` bytes at `off`, continuing the
     /// walk if `off` is where the last read ended.
-    pub fn read_self_checked(&mut self, off: u64, buf: &mut [u8]) -> Result<(usize, Option<Spot>)> {
+    /// Returns how many extents hold the range and its [`Shortcut`].
+    pub fn read_self_checked(
+        &mut self,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<(usize, Option<Shortcut>)> {
         self.space
             .tree
             .check_range("query", off, buf.len() as u64)?;
@@ -238,9 +277,9 @@ impl Cursor<'_> {
             self.current = self.extents.next();
             self.off = off;
         }
-        self.take_runs(buf.len() as u64);
+        let shortcut = self.shortcut(buf.len() as u64);
         self.space.fill_runs_of(&self.runs, buf, false, |_| true)?;
-        Ok((self.runs.len(), self.space.spot_of(&self.runs)))
+        Ok((self.runs.len(), shortcut))
     }
 
     /// The runs of the `len` bytes from where the cursor is into `runs`; the cursor
@@ -639,7 +678,7 @@ impl FlexSpace {
     /// Reads `buf.len()` bytes from `off`; the range must lie inside the space. Every
     /// data block the bytes come from is read whole and its checksum verified.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
-        self.read_runs(off, buf, true, |_| true).map(drop)
+        self.read_runs(off, buf, true, None, |_| true).map(drop)
     }
 
     /// Reads like [`read`](Self::read), but only the bytes asked for and without the data
@@ -650,8 +689,8 @@ impl FlexSpace {
     /// the bytes came from (as [`extents_in`](Self::extents_in) counts them, without a
     /// second search of the tree).
     pub fn read_self_checked(&self, off: u64, buf: &mut [u8]) -> Result<(usize, Option<Spot>)> {
-        self.read_runs(off, buf, false, |_| true)
-            .map(|(runs, _, spot)| (runs, spot))
+        self.read_runs(off, buf, false, None, |_| true)
+            .map(|(runs, _, spot, _)| (runs, spot))
     }
 
     /// Reads like [`read_self_checked`](Self::read_self_checked), filling `buf` one
@@ -669,7 +708,8 @@ impl FlexSpace {
         buf: &mut [u8],
         more: impl FnMut(&[u8]) -> bool,
     ) -> Result<(usize, usize, Option<Spot>)> {
-        self.read_runs(off, buf, false, more)
+        self.read_runs(off, buf, false, None, more)
+            .map(|(runs, at, spot, _)| (runs, at, spot))
     }
 
     /// Reads like [`read_self_checked_while`](Self::read_self_checked_while) from
@@ -707,6 +747,47 @@ impl FlexSpace {
             }
         }
         Ok(Some(at))
+    }
+
+    /// Reads like [`read_self_checked_while`](Self::read_self_checked_while), by
+    /// `shortcut` if it still holds (a [`Spot`] as
+    /// [`read_spot_while`](Self::read_spot_while) reads it; a [`Hint`] with no descent
+    /// of the tree), and says what the range's shortcut is now. See [`Spot`] and
+    /// [`Hint`] for what the caller must know for a shortcut to be the range's: a spot's
+    /// range must not have changed since, and `off` must be where a hint's range starts
+    /// now.
+    pub fn read_while(
+        &self,
+        off: u64,
+        buf: &mut [u8],
+        shortcut: Option<Shortcut>,
+        mut more: impl FnMut(&[u8]) -> bool,
+    ) -> Result<RangeRead> {
+        let hint = match shortcut {
+            Some(Shortcut::Spot(spot)) => {
+                if let Some(filled) = self.read_spot_while(spot, buf, &mut more)? {
+                    return Ok(RangeRead {
+                        extents: 1,
+                        filled,
+                        shortcut,
+                        used: true,
+                    });
+                }
+                None
+            }
+            Some(Shortcut::Hint(h)) => Some(h),
+            None => None,
+        };
+        let (extents, filled, spot, now) = self.read_runs(off, buf, false, hint, more)?;
+        Ok(RangeRead {
+            extents,
+            filled,
+            shortcut: match spot {
+                Some(spot) => Some(Shortcut::Spot(spot)),
+                None => now.map(Shortcut::Hint),
+            },
+            used: hint.is_some() && now == hint,
+        })
     }
 
     /// A [`Cursor`] at offset 0: for reads (and spots) of ranges in logical order.
@@ -780,20 +861,25 @@ impl FlexSpace {
         (u64::from(self.segs.opened(first)) << 32) | u64::from(self.segs.opened(last))
     }
 
-    /// Reads run by run until `more` says stop; returns the runs, the bytes read and
-    /// the range's [`Spot`] if it has one. An unverified read takes its runs by span
-    /// ([`Spans`]); a verified one goes block by block anyway.
+    /// Reads run by run until `more` says stop, the walk of the tree's extents starting
+    /// at `hint` if it holds ([`FlexTree::extents_hinted`]); returns the runs, the bytes
+    /// read, the range's [`Spot`] if it has one and its hint now. An unverified read
+    /// takes its runs by span ([`Spans`]); a verified one goes block by block anyway.
     fn read_runs(
         &self,
         off: u64,
         buf: &mut [u8],
         verify: bool,
+        hint: Option<Hint>,
         more: impl FnMut(&[u8]) -> bool,
-    ) -> Result<(usize, usize, Option<Spot>)> {
+    ) -> Result<(usize, usize, Option<Spot>, Option<Hint>)> {
+        let len = buf.len() as u64;
+        self.tree.check_range("query", off, len)?;
+        let (extents, now) = self.tree.extents_hinted(off, hint);
         let mut runs = Vec::new();
-        self.tree.query_into(off, buf.len() as u64, &mut runs)?;
+        crate::flextree::runs_of(extents, off, len, &mut runs);
         let at = self.fill_runs_of(&runs, buf, verify, more)?;
-        Ok((runs.len(), at, self.spot_of(&runs)))
+        Ok((runs.len(), at, self.spot_of(&runs), now))
     }
 
     /// Reads `runs` (the whole of a range, in logical order) into `buf` as
