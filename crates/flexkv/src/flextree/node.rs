@@ -346,6 +346,11 @@ impl FlexTree {
     /// goes through here.
     pub(crate) fn changed(&mut self, id: NodeId) {
         self.dirty[id as usize] = true;
+        self.restamp(id);
+    }
+
+    /// Stamps node `id` with the next count of changes.
+    fn restamp(&mut self, id: NodeId) {
         self.changes += 1;
         self.stamps[id as usize] = self.changes;
     }
@@ -366,8 +371,7 @@ impl FlexTree {
     }
 
     pub(crate) fn take(&mut self, id: NodeId) -> Node {
-        self.changes += 1;
-        self.stamps[id as usize] = self.changes;
+        self.restamp(id);
         std::mem::replace(&mut self.nodes[id as usize], Node::Free)
     }
 

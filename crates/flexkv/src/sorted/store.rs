@@ -700,24 +700,31 @@ impl SortedStore {
         // Records carry their own checksums, which `parse` verifies.
         let shortcut = slot.and_then(Slot::shortcut);
         let extents = match (slot, cursor) {
-            // A spot reads the interval with no walk at all; the cursor passes it.
-            (Some(slot), Some(c)) if matches!(shortcut, Some(Shortcut::Spot(_))) => {
-                let read = self.read_by(space, iv.offset, shortcut, slot, &mut buf, |_| true)?;
-                if let Some(c) = c {
-                    if read.used {
+            (slot, Some(c)) => {
+                let spot = match shortcut {
+                    Some(Shortcut::Spot(spot)) => Some(spot),
+                    _ => None,
+                };
+                let at_spot = match spot {
+                    Some(spot) => space.read_spot_while(spot, &mut buf, |_| true)?,
+                    None => None,
+                };
+                if at_spot.is_some() {
+                    // A spot reads the interval with no walk at all; the cursor passes it.
+                    self.counters.spot_reads.fetch_add(1, Ordering::Relaxed);
+                    if let Some(c) = c {
                         c.pass(iv.offset, iv.size);
                     }
+                    1
+                } else {
+                    // Intervals read in a row go on with the cursor's walk.
+                    let (extents, now) = (c.get_or_insert_with(|| space.cursor()))
+                        .read_self_checked(iv.offset, &mut buf, shortcut)?;
+                    if let Some(slot) = slot.filter(|_| now != shortcut) {
+                        slot.set_shortcut(now);
+                    }
+                    extents
                 }
-                read.extents
-            }
-            // Intervals read in a row go on with the cursor's walk.
-            (slot, Some(c)) => {
-                let (extents, now) = (c.get_or_insert_with(|| space.cursor()))
-                    .read_self_checked(iv.offset, &mut buf)?;
-                if let Some(slot) = slot.filter(|_| now != shortcut) {
-                    slot.set_shortcut(now);
-                }
-                extents
             }
             (Some(slot), None) => {
                 self.read_by(space, iv.offset, shortcut, slot, &mut buf, |_| true)?

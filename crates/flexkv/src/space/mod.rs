@@ -262,18 +262,25 @@ impl Cursor<'_> {
     }
 
     /// [`FlexSpace::read_self_checked`] of `buf.len()` bytes at `off`, continuing the
-    /// walk if `off` is where the last read ended.
-    /// Returns how many extents hold the range and its [`Shortcut`].
+    /// walk if `off` is where the last read ended, and otherwise starting it at the hint
+    /// `shortcut` holds, if it holds (`off` must be where the hinted byte lies now, as
+    /// for [`FlexSpace::read_while`]). Returns how many extents hold the range and its
+    /// [`Shortcut`].
     pub fn read_self_checked(
         &mut self,
         off: u64,
         buf: &mut [u8],
+        shortcut: Option<Shortcut>,
     ) -> Result<(usize, Option<Shortcut>)> {
         self.space
             .tree
             .check_range("query", off, buf.len() as u64)?;
         if off != self.off {
-            self.extents = self.space.tree.extents_from(off);
+            let hint = match shortcut {
+                Some(Shortcut::Hint(h)) => Some(h),
+                _ => None,
+            };
+            self.extents = self.space.tree.extents_hinted(off, hint).0;
             self.current = self.extents.next();
             self.off = off;
         }
