@@ -234,30 +234,33 @@ impl Segments {
         self.opened(seg) == opened && self.state.get(seg).is_some_and(|&s| s != State::Free)
     }
 
-    /// Calls `f(segment, bytes)` for the part of `[addr, addr + len)` in each segment.
-    fn per_segment(&self, mut addr: u64, mut len: u64, mut f: impl FnMut(usize, u64)) {
-        while len > 0 {
-            let seg = self.of(addr);
-            let n = len.min((seg as u64 + 1) * self.size - addr);
-            f(seg, n);
+    /// The part of `[addr, addr + len)` in each segment of `size` bytes, as `(segment,
+    /// bytes)`, borrowing nothing, so the callers change the counts as they go: every
+    /// insert and collapse of the space counts its bytes here, and collecting the parts
+    /// in a vector first was an allocation each time.
+    fn per_segment(size: u64, addr: u64, len: u64) -> impl Iterator<Item = (usize, u64)> {
+        let (mut addr, mut len) = (addr, len);
+        std::iter::from_fn(move || {
+            if len == 0 {
+                return None;
+            }
+            let seg = (addr / size) as usize;
+            let n = len.min((addr / size + 1) * size - addr);
             addr += n;
             len -= n;
-        }
+            Some((seg, n))
+        })
     }
 
     pub(crate) fn add_live(&mut self, addr: u64, len: u64) {
-        let mut parts = Vec::new();
-        self.per_segment(addr, len, |seg, n| parts.push((seg, n)));
-        for (seg, n) in parts {
+        for (seg, n) in Self::per_segment(self.size, addr, len) {
             self.live[seg] += n;
             self.live_total += n;
         }
     }
 
     pub(crate) fn remove_live(&mut self, addr: u64, len: u64) {
-        let mut parts = Vec::new();
-        self.per_segment(addr, len, |seg, n| parts.push((seg, n)));
-        for (seg, n) in parts {
+        for (seg, n) in Self::per_segment(self.size, addr, len) {
             self.live[seg] = self.live[seg]
                 .checked_sub(n)
                 .expect("live byte count of a segment went negative");
