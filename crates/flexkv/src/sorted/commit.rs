@@ -38,7 +38,8 @@ const REWRITE_SLICE: usize = 16;
 /// Intervals rewritten for the reads that may wait for a sync of the space.
 const REWRITE_SYNC: u64 = 1024;
 /// A commit of at least 1 / this of the intervals' count in keys leaves every
-/// interval's spot in its slot afterwards ([`SortedStore::refresh_spots`]).
+/// interval's shortcut (spot or hint) in its slot afterwards
+/// ([`SortedStore::refresh_spots`]).
 const SPOTS_AFTER: usize = 8;
 /// The longest the committer holds a keyspace's write lock before it lets waiting
 /// readers in (it checks between intervals, so a hold can pass it by one interval).
@@ -228,8 +229,8 @@ impl SortedStore {
         }
         let st = self.state.read();
         self.fit_cache(&st);
-        // Each interval changed lost its spot; past a few, one walk of the space puts
-        // them back at once, where reads would each search the tree again first.
+        // Each interval changed lost its shortcut; past a few, one walk of the space
+        // puts them back at once, where reads would each search the tree again first.
         if keys >= st.index.len() / SPOTS_AFTER {
             self.refresh_spots(&st);
         }
