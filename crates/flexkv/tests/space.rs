@@ -1570,3 +1570,84 @@ fn a_gc_pass_in_steps_is_a_pass() {
     ));
     assert!(content(&back) == m);
 }
+
+/// Views taken at random moments read the space as it was then, whole and in random
+/// ranges, while the space goes on changing under random operations (GC passes and
+/// syncs among them, which free segments and would reuse them); the segments freed
+/// meanwhile are held, and free again once the views are gone.
+#[test]
+fn a_view_reads_the_space_as_it_was_while_it_changes() {
+    let (mut held_seen, mut ranges_read) = (0, 0);
+    for seed in 0..5u64 {
+        let tmp = tempfile::tempdir().unwrap();
+        let (vfs, dir): (Arc<dyn Vfs>, &Path) = match seed {
+            4 => (Arc::new(flexkv::io::RealVfs), tmp.path()),
+            _ => (FaultVfs::new(seed).shared(), Path::new(DIR)),
+        };
+        let mut rng = SmallRng::seed_from_u64(100 + seed);
+        let mut s = Some(FlexSpace::open(Arc::clone(&vfs), dir, opts()).unwrap());
+        let mut m = Vec::new();
+        // Views alive, each with the content it was taken at.
+        let mut views: Vec<(flexkv::space::SpaceView, Vec<u8>)> = Vec::new();
+        for step in 0..3_000 {
+            let op = match random_op(&mut rng, m.len() as u64) {
+                // A view outlives no opening of its space: reopening is another test's.
+                Op::Reopen => Op::Gc,
+                op => op,
+            };
+            apply_in(&vfs, dir, &mut s, &mut m, op).unwrap();
+            let sp = s.as_ref().unwrap();
+            for (v, was) in &views {
+                assert_eq!(v.len(), was.len() as u64);
+                if was.is_empty() {
+                    continue;
+                }
+                let off = rng.random_range(0..was.len());
+                let len = rng.random_range(1..=(was.len() - off).min(5_000));
+                let mut buf = vec![0u8; len];
+                let (_, filled) = v.read_while(off as u64, &mut buf, |_| true).unwrap();
+                assert_eq!(filled, len);
+                assert!(
+                    buf == was[off..off + len],
+                    "seed {seed} step {step}: a view's range at {off}+{len}"
+                );
+                ranges_read += 1;
+            }
+            held_seen = held_seen.max(sp.held_segments());
+            if rng.random_bool(0.02) {
+                views.push((sp.view().unwrap(), m.clone()));
+            }
+            if views.len() > 3 || (!views.is_empty() && rng.random_bool(0.01)) {
+                // The oldest goes, read whole one last time.
+                let (v, was) = views.remove(0);
+                let mut buf = vec![0u8; was.len()];
+                v.read_while(0, &mut buf, |_| true).unwrap();
+                assert!(buf == was, "seed {seed} step {step}: a view read whole");
+            }
+        }
+        views.clear();
+        let mut sp = s.take().unwrap();
+        sp.sync().unwrap();
+        assert_eq!(sp.held_segments(), 0, "held segments outlived the views");
+        sp.check().unwrap();
+        assert_eq!(content(&sp), m);
+        sp.close().unwrap();
+    }
+    assert!(held_seen > 0, "no segment was ever held for a view");
+    assert!(ranges_read > 1_000, "{ranges_read} ranges read from views");
+}
+
+/// A space with a size limit makes no views: a held segment could make a write fail.
+#[test]
+fn a_space_with_a_size_limit_makes_no_views() {
+    let vfs = FaultVfs::new(1);
+    let mut s = open(
+        &vfs,
+        SpaceOptions {
+            max_data_size: Some(4 << 20),
+            ..opts()
+        },
+    );
+    s.insert(0, b"abc").unwrap();
+    assert!(s.view().is_none());
+}

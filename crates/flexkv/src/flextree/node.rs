@@ -74,7 +74,7 @@ impl LeafEntry {
 /// Invariants (checked by [`FlexTree::check`]): both arrays have the same length; the
 /// offsets rise strictly from 0 and stay below `span` (no entry is empty); an empty
 /// leaf (only the root of an empty tree) has span 0.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Leaf {
     poffs: Vec<u64>,
     addr_tags: Vec<u64>,
@@ -269,7 +269,7 @@ impl Leaf {
 /// `pivots[i]` is the start of `children[i + 1]` relative to this node's start: the shift
 /// value of that child pointer. The first child starts where the node starts (shift 0),
 /// so it has no pivot.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Internal {
     pub pivots: Vec<u64>,
     pub children: Vec<NodeId>,
@@ -286,7 +286,7 @@ impl Internal {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Node {
     Leaf(Leaf),
     Internal(Internal),

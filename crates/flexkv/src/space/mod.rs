@@ -26,6 +26,7 @@ mod crc;
 mod log;
 mod segments;
 mod treefile;
+mod view;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -38,6 +39,7 @@ use crc::{BlockSum, CrcTable};
 use log::{LogOp, LogWriter};
 use segments::Segments;
 use treefile::TreeFile;
+pub use view::SpaceView;
 pub use write::GcPlan;
 
 const DATA_FILE: &str = "flexspace.data";
@@ -504,7 +506,10 @@ pub struct FlexSpace {
     /// The data file mapped, if `map_data` and the file system allow: reads of bytes
     /// in the file (below `Segments::file_len`) copy from it. It reaches past the file
     /// and is mapped again larger when the file outgrows it ([`FlexSpace::fit_window`]).
-    window: Option<Window>,
+    window: Option<Arc<Window>>,
+    /// One count per [`SpaceView`] alive beside this one: while there is any, segments
+    /// that become free are held ([`segments::State::Held`]), as a view may read them.
+    view_pins: Arc<()>,
     log_file: Arc<dyn VfsFile>,
     treefile: TreeFile,
     tree: FlexTree,
@@ -644,6 +649,7 @@ impl FlexSpace {
             opts,
             dir,
             window: None,
+            view_pins: Arc::new(()),
             data,
             log_file,
             treefile,
@@ -1062,14 +1068,14 @@ impl FlexSpace {
             .unwrap_or(u64::MAX)
             .max(16 * self.opts.segment_size);
         if let Some(w) = self.data.map_window(len) {
-            self.window = Some(w);
+            self.window = Some(Arc::new(w));
         }
     }
 
     /// How many bytes of the data file the window maps (0 without one): reads below
     /// both this and the file's length copy from memory.
     pub fn mapped_bytes(&self) -> u64 {
-        self.window.as_ref().map_or(0, Window::len)
+        self.window.as_ref().map_or(0, |w| w.len())
     }
 
     /// The tag of the extent that starts exactly at `off`, if one does.

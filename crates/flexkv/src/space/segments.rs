@@ -6,7 +6,8 @@
 //! live bytes (bytes some extent still maps) are counted exactly. A segment whose live
 //! count falls to zero is not reused at once: the log records that freed it must be
 //! durable first, or a crash could bring back a tree that still maps it. Such a segment
-//! waits as `Freeing` until [`Segments::log_committed`].
+//! waits as `Freeing` until [`Segments::log_committed`], and as `Held` after that while
+//! a [`SpaceView`](super::SpaceView) of an earlier tree may still read it.
 
 use std::sync::Arc;
 
@@ -25,6 +26,9 @@ pub(crate) enum State {
     Used,
     /// Holds no live data, but the log records that freed it are not durable yet.
     Freeing,
+    /// Freed and durably so, but a view made before it was freed may still read it:
+    /// it is neither reused nor punched out until no view is left.
+    Held,
 }
 
 pub(crate) struct Segments {
@@ -35,6 +39,8 @@ pub(crate) struct Segments {
     /// every write asks for them and the table may hold hundreds of thousands of segments.
     live_total: u64,
     free: usize,
+    /// How many segments are `Held`.
+    held: usize,
     /// The open segment and its content from the segment's start.
     open: Option<u64>,
     buf: Vec<u8>,
@@ -71,6 +77,7 @@ impl Segments {
             size,
             live_total: live.iter().sum(),
             free: state.iter().filter(|&&s| s == State::Free).count(),
+            held: 0,
             live,
             state,
             open: None,
@@ -271,15 +278,39 @@ impl Segments {
         }
     }
 
-    /// The log records that freed the `Freeing` segments are durable: they become free.
-    pub(crate) fn log_committed(&mut self) {
+    /// The log records that freed the `Freeing` segments are durable: they become free,
+    /// and so do the `Held` ones, unless `hold` (a view of the space may still read
+    /// them), when the `Freeing` ones are held too.
+    pub(crate) fn log_committed(&mut self, hold: bool) {
+        if hold {
+            for s in self.state.iter_mut().filter(|s| **s == State::Freeing) {
+                *s = State::Held;
+                self.held += 1;
+            }
+            return;
+        }
         for (seg, s) in self.state.iter_mut().enumerate() {
-            if *s == State::Freeing {
+            if matches!(*s, State::Freeing | State::Held) {
                 *s = State::Free;
                 self.free += 1;
                 self.to_punch.push(seg as u64);
             }
         }
+        self.held = 0;
+    }
+
+    /// How many segments are `Held`: free once no view is left.
+    pub(crate) fn held_count(&self) -> usize {
+        self.held
+    }
+
+    /// The open segment's bytes that the file does not have yet, and their address.
+    pub(crate) fn unflushed_bytes(&self) -> Option<(u64, Vec<u8>)> {
+        let seg = self.open?;
+        Some((
+            seg * self.size + self.flushed as u64,
+            self.buf[self.flushed..].to_vec(),
+        ))
     }
 
     /// Returns the disk space of segments freed since the last call.
@@ -297,10 +328,12 @@ impl Segments {
     pub(crate) fn check(&self) -> Result<(), String> {
         let live: u64 = self.live.iter().sum();
         let free = self.state.iter().filter(|&&s| s == State::Free).count();
-        if (live, free) != (self.live_total, self.free) {
+        let held = self.state.iter().filter(|&&s| s == State::Held).count();
+        if (live, free, held) != (self.live_total, self.free, self.held) {
             return Err(format!(
-                "segment totals drifted: live {} (table {live}), free {} (table {free})",
-                self.live_total, self.free
+                "segment totals drifted: live {} (table {live}), free {} (table {free}), \
+                 held {} (table {held})",
+                self.live_total, self.free, self.held
             ));
         }
         Ok(())

@@ -435,7 +435,7 @@ impl FlexSpace {
     /// What a commit does after the data file's sync.
     fn commit_log(&mut self) -> Result<()> {
         self.log.commit(&*self.log_file)?;
-        self.segs.log_committed();
+        self.segs.log_committed(self.views_alive());
         self.segs.punch_freed(&self.data)
     }
 
@@ -546,6 +546,9 @@ impl FlexSpace {
     pub fn gc_due(&self, ahead: u64) -> bool {
         let seg = self.opts.segment_size;
         let (live, used) = self.segs.totals();
+        // Held segments are free as soon as the views that hold them are gone: a pass
+        // could not free them sooner.
+        let used = used - self.segs.held_count() as u64 * seg;
         let opened = ahead.saturating_sub(self.segs.room()).div_ceil(seg) * seg;
         let used = used.saturating_add(opened);
         used - live > 4 * seg && used as f64 > live as f64 * self.opts.gc_space_amplification
@@ -694,7 +697,7 @@ impl FlexSpace {
         let freed = plan
             .victims
             .iter()
-            .filter(|&&g| self.segs.state[g] == State::Free)
+            .filter(|&&g| matches!(self.segs.state[g], State::Free | State::Held))
             .count() as u64;
         self.stats.gc_passes += 1;
         self.stats.gc_segments_freed += freed;
