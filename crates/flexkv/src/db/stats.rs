@@ -79,6 +79,12 @@ pub struct Stats {
     /// sparse-index entry: the walk of their extents started at the FlexTree leaf it
     /// names, with no descent (see the design's "Hints"); counted in `cache_misses` too.
     pub hint_reads: u64,
+    /// Point reads that found the keyspace's lock held by the committer and their
+    /// interval not cached, and read a view of the keyspace instead of waiting (see the
+    /// design's "Views"); not counted in `cache_misses`.
+    pub view_reads: u64,
+    /// Views of a keyspace the committer made for those reads (at most one per commit).
+    pub views_made: u64,
     /// Intervals the committer split off a grown interval (one per new interval).
     pub interval_splits: u64,
     /// Intervals the committer merged into a neighbour (emptied ones, and two small
@@ -226,6 +232,8 @@ impl Inner {
             read_defrags: sum(&|s| get(&s.counters.read_defrags)),
             spot_reads: sum(&|s| get(&s.counters.spot_reads)),
             hint_reads: sum(&|s| get(&s.counters.hint_reads)),
+            view_reads: sum(&|s| get(&s.counters.view_reads)),
+            views_made: sum(&|s| get(&s.counters.views_made)),
             interval_splits: sum(&|s| get(&s.counters.splits)),
             interval_merges: sum(&|s| get(&s.counters.merges)),
             intervals: shapes.iter().map(|s| s.0).sum(),

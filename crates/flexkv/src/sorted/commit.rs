@@ -222,11 +222,14 @@ impl SortedStore {
                 Ok(read) => read_many = read >= PARALLEL_READS,
                 Err(e) => {
                     self.broken.store(true, Ordering::Release);
+                    self.views.retire();
                     return Err(e);
                 }
             }
             std::mem::swap(&mut slice, &mut next);
         }
+        // Before the memtable leaves the list (`view.rs` says why).
+        self.views.retire();
         let st = self.state.read();
         self.fit_cache(&st);
         // Each interval changed lost its shortcut; past a few, one walk of the space
@@ -297,6 +300,13 @@ impl SortedStore {
         read: impl FnOnce(Vec<(Interval, Placement)>),
     ) -> Result<usize> {
         let st = self.state.upgradable_read();
+        // Between two write sections: a view of now, if reads waited for the last one
+        // and the keyspace is larger than the cache (in one that fits, a read that
+        // waits puts its interval in the cache, and the reads after it hit there
+        // without a lock; a view's reads would leave the cache cold).
+        if !self.fits(&st) && self.views.offer(&st) {
+            self.counters.views_made.fetch_add(1, Ordering::Relaxed);
+        }
         let (prepared, places) = match to_read {
             Some((next, after)) => std::thread::scope(|s| {
                 let placing = std::thread::Builder::new()

@@ -162,6 +162,42 @@ impl SparseIndex {
         }
     }
 
+    /// A copy of the index for [`SparseIndex::find`] only: the same intervals at the
+    /// same offsets, with no cache slots (it has none to give, and must not be changed).
+    /// Copies every node: O(intervals).
+    pub(crate) fn find_copy(&self) -> SparseIndex {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|n| match n {
+                Node::Leaf {
+                    keys, partial, end, ..
+                } => Node::Leaf {
+                    keys: keys.clone(),
+                    partial: partial.clone(),
+                    end: *end,
+                    slots: Vec::new(),
+                },
+                Node::Internal {
+                    pivots,
+                    children,
+                    shifts,
+                } => Node::Internal {
+                    pivots: pivots.clone(),
+                    children: children.clone(),
+                    shifts: shifts.clone(),
+                },
+            })
+            .collect();
+        SparseIndex {
+            nodes,
+            free: Vec::new(),
+            root: self.root,
+            len: self.len,
+            fanout: self.fanout,
+        }
+    }
+
     /// The number of intervals.
     pub fn len(&self) -> usize {
         self.len

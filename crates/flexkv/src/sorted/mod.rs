@@ -13,6 +13,7 @@ mod misses;
 mod record;
 mod rows;
 pub(crate) mod store;
+mod view;
 
 pub use index::{Interval, SparseIndex};
 pub use record::{Record, RecordValue};

@@ -31,6 +31,7 @@ use super::interval::Loaded;
 use super::misses::MissCounts;
 use super::record::{peek_key, Record};
 use super::rows::RecordCache;
+use super::view::Views;
 use crate::io::Vfs;
 use crate::memtable::KeyspaceId;
 use crate::space::{Cursor, FlexSpace, RangeRead, Shortcut, SpaceOptions};
@@ -83,6 +84,10 @@ pub(crate) struct StoreCounters {
     pub(crate) read_defrags: AtomicU64,
     pub(crate) spot_reads: AtomicU64,
     pub(crate) hint_reads: AtomicU64,
+    /// Point reads answered from a view while the committer held the lock.
+    pub(crate) view_reads: AtomicU64,
+    /// Views made for those reads.
+    pub(crate) views_made: AtomicU64,
     pub(crate) splits: AtomicU64,
     pub(crate) merges: AtomicU64,
 }
@@ -158,6 +163,8 @@ pub(crate) struct SortedStore {
     misses: MissCounts,
     /// Intervals the committer rewrote for the reads since the space was last synced.
     pub(crate) rewrites_unsynced: AtomicU64,
+    /// What point reads read while the committer holds the lock (see `view.rs`).
+    pub(crate) views: Views,
 }
 
 impl std::fmt::Debug for SortedStore {
@@ -269,6 +276,7 @@ impl SortedStore {
             wanted: Mutex::default(),
             misses: MissCounts::new(opts.cache_bytes / CACHE_BYTES_PER_MISS_COUNT),
             rewrites_unsynced: AtomicU64::new(0),
+            views: Views::default(),
         };
         {
             let st = store.state.read();
@@ -343,13 +351,29 @@ impl SortedStore {
         if let Some(st) = self.state.try_read() {
             return self.get_holding(&st, key);
         }
-        match self.cache.covering(key) {
-            Some(l) => {
-                self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-                Ok(find_version(&l, key))
-            }
-            None => self.get_holding(&self.state.read(), key),
+        if let Some(l) = self.cache.covering(key) {
+            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(find_version(&l, key));
         }
+        if let Some(found) = self.get_in_view(key) {
+            self.counters.view_reads.fetch_add(1, Ordering::Relaxed);
+            return Ok(found);
+        }
+        self.get_holding(&self.state.read(), key)
+    }
+
+    /// The version of `key` in the published view (see `view.rs`), if there is one and
+    /// its interval reads sound there; `None` leaves the read to the lock, which also
+    /// reports whatever is wrong.
+    fn get_in_view(&self, key: &[u8]) -> Option<Option<Version>> {
+        let view = self.views.get()?;
+        let iv = view.index.find(key);
+        let mut buf = vec![0; usize::try_from(iv.size).ok()?];
+        let mut seek = Seek::new(key, &iv.key);
+        view.space
+            .read_while(iv.offset, &mut buf, |read| seek.more(read))
+            .ok()?;
+        seek.outcome(buf.len())
     }
 
     /// [`SortedStore::get`] under the lock.
@@ -409,42 +433,15 @@ impl SortedStore {
         let size =
             usize::try_from(iv.size).map_err(|_| self.corrupt(iv.offset, "huge interval"))?;
         let mut buf = vec![0; size];
-        // Where the next record starts, and where the last one's key lies in `buf`.
-        let (mut at, mut last_key) = (0, None::<std::ops::Range<usize>>);
-        let mut found: Option<Option<Version>> = None;
-        let mut sound = true;
-        let mut decode = |read: &[u8]| {
-            while at < read.len() {
-                let Ok((r, n)) = Record::decode(&read[at..]) else {
-                    // Not whole yet (or damaged: then it never decodes).
-                    return true;
-                };
-                let floor = last_key.clone().map_or(iv.key.as_slice(), |k| &read[k]);
-                // The first key may equal the interval's; later ones must rise.
-                if r.key < floor || (last_key.is_some() && r.key == floor) {
-                    sound = false;
-                    return false;
-                }
-                if r.key >= key {
-                    found = Some((r.key == key).then(|| Version::from_record(&r)));
-                    return false;
-                }
-                let key_at = r.key.as_ptr() as usize - read.as_ptr() as usize;
-                last_key = Some(key_at..key_at + r.key.len());
-                at += n;
-            }
-            true
-        };
-        let extents = self
-            .read_by(space, iv.offset, shortcut, slot, &mut buf, &mut decode)?
-            .extents;
-        match found {
-            Some(v) if sound => Ok((v, extents)),
-            // Every record decoded and all are below `key`.
-            None if sound && at == size => Ok((None, extents)),
-            _ => {
+        let mut seek = Seek::new(key, &iv.key);
+        let read = self.read_by(space, iv.offset, shortcut, slot, &mut buf, |read| {
+            seek.more(read)
+        })?;
+        match seek.outcome(size) {
+            Some(v) => Ok((v, read.extents)),
+            None => {
                 let l = self.read_interval(space, iv)?;
-                Ok((find_version(&l, key), extents))
+                Ok((find_version(&l, key), read.extents))
             }
         }
     }
@@ -919,14 +916,18 @@ impl SortedStore {
     ) -> Result<Vec<bool>> {
         self.usable()?;
         let mut done = Vec::with_capacity(moves.len());
-        for slice in moves.chunks(super::commit::SLICE) {
+        let moved = moves.chunks(super::commit::SLICE).try_for_each(|slice| {
             done.extend(self.locked(holds, |st| {
                 (slice.iter())
                     .map(|(key, seq, old, new)| self.relocate_one(st, key, *seq, old, new))
                     .collect::<Result<Vec<bool>>>()
             })?);
-        }
-        Ok(done)
+            Ok(())
+        });
+        // A view made before or during this has the old pointers, whose values go
+        // once this returns (`view.rs`).
+        self.views.retire();
+        moved.map(|()| done)
     }
 
     fn relocate_one(
@@ -981,6 +982,71 @@ impl SortedStore {
         // next open recovers is what was durable.
         self.usable()?;
         self.state.into_inner().space.close()
+    }
+}
+
+/// A search for one key in an interval's bytes as a read fills them in, from the
+/// start ([`Seek::more`] at every step): it stops at the first record at or past the
+/// key. A record may span two steps; one that does not decode yet waits for the next.
+struct Seek<'a> {
+    key: &'a [u8],
+    /// The interval's index key: its first record's key is at or above it.
+    floor: &'a [u8],
+    /// Where the next record starts.
+    at: usize,
+    /// Where the last record's key lies in the bytes.
+    last_key: Option<std::ops::Range<usize>>,
+    found: Option<Option<Version>>,
+    sound: bool,
+}
+
+impl<'a> Seek<'a> {
+    fn new(key: &'a [u8], floor: &'a [u8]) -> Seek<'a> {
+        Seek {
+            key,
+            floor,
+            at: 0,
+            last_key: None,
+            found: None,
+            sound: true,
+        }
+    }
+
+    /// Decodes the records `read` (the interval's bytes so far) holds past the last
+    /// step's; returns whether the read should go on.
+    fn more(&mut self, read: &[u8]) -> bool {
+        while self.at < read.len() {
+            let Ok((r, n)) = Record::decode(&read[self.at..]) else {
+                // Not whole yet (or damaged: then it never decodes).
+                return true;
+            };
+            let floor = self.last_key.clone().map_or(self.floor, |k| &read[k]);
+            // The first key may equal the interval's; later ones must rise.
+            if r.key < floor || (self.last_key.is_some() && r.key == floor) {
+                self.sound = false;
+                return false;
+            }
+            if r.key >= self.key {
+                self.found = Some((r.key == self.key).then(|| Version::from_record(&r)));
+                return false;
+            }
+            let key_at = r.key.as_ptr() as usize - read.as_ptr() as usize;
+            self.last_key = Some(key_at..key_at + r.key.len());
+            self.at += n;
+        }
+        true
+    }
+
+    /// The key's version (`Some(None)`: it has none) in an interval of `size` bytes,
+    /// or `None` if the bytes did not check out (a record that never decoded, keys out
+    /// of order): a whole read of the interval says what is wrong.
+    fn outcome(self, size: usize) -> Option<Option<Version>> {
+        match self.found {
+            Some(v) if self.sound => Some(v),
+            // Every record decoded and all are below the key.
+            None if self.sound && self.at == size => Some(None),
+            _ => None,
+        }
     }
 }
 
