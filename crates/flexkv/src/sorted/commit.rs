@@ -184,6 +184,8 @@ impl SortedStore {
     /// ([`SortedStore::read_placed`]); the next slice then checks each with a tree
     /// search instead of reading it.
     pub(crate) fn commit(&self, updates: impl Iterator<Item = Update>, cx: &Context) -> Result<()> {
+        // Before any record changes (`view.rs`: what a read from a view may cache).
+        self.views.begin_change();
         let mut updates = updates.fuse();
         let mut slice: Vec<Update> = updates.by_ref().take(SLICE).collect();
         let mut next = Vec::with_capacity(SLICE);

@@ -31,7 +31,7 @@ use super::interval::Loaded;
 use super::misses::MissCounts;
 use super::record::{peek_key, Record};
 use super::rows::RecordCache;
-use super::view::Views;
+use super::view::{View, Views};
 use crate::io::Vfs;
 use crate::memtable::KeyspaceId;
 use crate::space::{Cursor, FlexSpace, RangeRead, Shortcut, SpaceOptions};
@@ -355,17 +355,30 @@ impl SortedStore {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(find_version(&l, key));
         }
-        if let Some(found) = self.get_in_view(key) {
+        if let Some((found, view)) = self.get_in_view(key) {
             self.counters.view_reads.fetch_add(1, Ordering::Relaxed);
+            if let Some(v) = &found {
+                self.cache_from_view(key, v, &view);
+            }
             return Ok(found);
         }
         self.get_holding(&self.state.read(), key)
     }
 
-    /// The version of `key` in the published view (see `view.rs`), if there is one and
-    /// its interval reads sound there; `None` leaves the read to the lock, which also
-    /// reports whatever is wrong.
-    fn get_in_view(&self, key: &[u8]) -> Option<Option<Version>> {
+    /// Puts `v`, the version of `key` a read found in `view`, in the record cache, and
+    /// takes it back out if a change began since the view was made: that change may
+    /// have forgotten the key before the put (`view.rs`).
+    fn cache_from_view(&self, key: &[u8], v: &Version, view: &View) {
+        self.rows.put(key, v);
+        if !self.views.unchanged_since(view) {
+            self.rows.forget(key);
+        }
+    }
+
+    /// The version of `key` in the published view (see `view.rs`), and the view, if
+    /// there is one and its interval reads sound there; `None` leaves the read to the
+    /// lock, which also reports whatever is wrong.
+    fn get_in_view(&self, key: &[u8]) -> Option<(Option<Version>, Arc<View>)> {
         let view = self.views.get()?;
         let iv = view.index.find(key);
         let mut buf = vec![0; usize::try_from(iv.size).ok()?];
@@ -373,7 +386,7 @@ impl SortedStore {
         view.space
             .read_while(iv.offset, &mut buf, |read| seek.more(read))
             .ok()?;
-        seek.outcome(buf.len())
+        Some((seek.outcome(buf.len())?, view))
     }
 
     /// [`SortedStore::get`] under the lock.
@@ -915,6 +928,7 @@ impl SortedStore {
         holds: &super::commit::LockHolds,
     ) -> Result<Vec<bool>> {
         self.usable()?;
+        self.views.begin_change();
         let mut done = Vec::with_capacity(moves.len());
         let moved = moves.chunks(super::commit::SLICE).try_for_each(|slice| {
             done.extend(self.locked(holds, |st| {
@@ -1156,5 +1170,59 @@ fn read_key(space: &FlexSpace, dir: &Path, off: u64) -> Result<Vec<u8>> {
                 ))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Db, Durability, WriteBatch};
+
+    /// A version read from a view goes into the record cache, unless a commit began
+    /// after the view was made: that commit may have forgotten the key already, and
+    /// the version would then be older than the store's for good.
+    #[test]
+    fn a_read_from_a_view_caches_its_record_only_if_nothing_changed_since() {
+        let dir = tempfile::tempdir().unwrap();
+        // 64 KiB of budget for about 2.5 MB of pairs: the record cache is on.
+        let db = Db::builder(dir.path())
+            .cache_bytes(64 << 10)
+            .open()
+            .unwrap();
+        let ks = db.default_keyspace();
+        let key = |i: u32| format!("key{i:06}").into_bytes();
+        let mut b = WriteBatch::new();
+        b.durability(Durability::Buffered);
+        for i in 0..20_000u32 {
+            b.put(&ks, &key(i), &[b'a'; 100]).unwrap();
+        }
+        db.write(b).unwrap();
+        db.flush().unwrap();
+        let store = db.store_of(&ks);
+        assert!(store.rows.capacity() > 0, "the record cache is off");
+        let view = |store: &super::SortedStore| {
+            assert!(store.views.get().is_none());
+            assert!(store.views.offer(&store.state.read()));
+            store.views.get().unwrap()
+        };
+        // Nothing changes: the record stays cached.
+        let v = view(&store);
+        let (found, _) = store.get_in_view(&key(7)).unwrap();
+        store.cache_from_view(&key(7), found.as_ref().unwrap(), &v);
+        assert!(
+            store.rows.get(&key(7)).is_some(),
+            "a read from a view cached nothing"
+        );
+        store.views.retire();
+        // A commit of the key between the read and the put: the put is taken back.
+        let v = view(&store);
+        let (found, _) = store.get_in_view(&key(8)).unwrap();
+        db.put(&key(8), &[b'b'; 100]).unwrap();
+        db.flush().unwrap();
+        store.cache_from_view(&key(8), found.as_ref().unwrap(), &v);
+        assert!(
+            store.rows.get(&key(8)).is_none(),
+            "an old version stayed cached"
+        );
+        assert_eq!(db.get(&key(8)).unwrap(), Some(vec![b'b'; 100]));
     }
 }

@@ -23,14 +23,26 @@
 //! reads the key again ([`crate::db`]'s `resolve`), by then from the store or a newer
 //! view.
 //!
-//! What it costs. Making a view copies the sparse index and the FlexTree (at 10M
-//! pairs about 100 MB, tens of milliseconds), under the upgradable lock, which readers
-//! pass. It is made at most once per commit, and only after a read waited. While it
-//! lives, the space holds segments it frees ([`SpaceView`]). Reads from a view do not
-//! fill the caches: the record cache must not take a version older than the store's,
-//! and the interval cache's slots are the index's.
+//! A read from a view puts the version it found in the record cache, as a read under
+//! the lock does; but by the time it goes in, a later commit (or relocation) may have
+//! forgotten the key, and the version would stay cached older than the store's. So
+//! every commit and relocation first counts itself begun ([`Views::begin_change`]);
+//! the view keeps the count it was made at, and a read that put a record takes it back
+//! out unless the count is still that after the put. If it is, any change that forgets
+//! the key began after the put and forgets it after it (the count and the cache's
+//! operations are sequentially consistent). Reads from a view do not fill the interval
+//! cache, whose slots are the index's; that is why views are made only for a keyspace
+//! larger than the cache (where it fits, a read that waits caches its interval and the
+//! reads after it hit there without a lock).
+//!
+//! What it costs. Making a view copies the sparse index and the FlexTree (at 10M UDB
+//! pairs the two take about half of a 256 MiB budget; a copy took 30–162 ms), under
+//! the upgradable lock, which readers pass; the copy's memory is not in the budget. One
+//! is made only after a read waited with none published, so at most one per commit
+//! unless a relocation retires it. While it lives, the space holds the segments it
+//! frees ([`SpaceView`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -45,6 +57,8 @@ use crate::space::SpaceView;
 pub(crate) struct View {
     pub(crate) index: SparseIndex,
     pub(crate) space: SpaceView,
+    /// [`Views::begun`] when the view was made.
+    begun: u64,
 }
 
 /// The view published for readers, if any, and whether a read wants one.
@@ -54,6 +68,8 @@ pub(crate) struct Views {
     /// Set by a read that found neither the lock nor a view; cleared when a view is
     /// made or retired.
     wanted: AtomicBool,
+    /// Commits and relocations begun: what a read from a view may cache.
+    begun: AtomicU64,
 }
 
 impl Views {
@@ -80,10 +96,21 @@ impl Views {
         let view = Arc::new(View {
             index: st.index.find_copy(),
             space,
+            begun: self.begun.load(Ordering::SeqCst),
         });
         *self.current.lock() = Some(view);
         self.wanted.store(false, Ordering::Relaxed);
         true
+    }
+
+    /// Counts a commit or relocation begun; called before it changes any record.
+    pub(crate) fn begin_change(&self) {
+        self.begun.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Whether no commit or relocation has begun since `view` was made.
+    pub(crate) fn unchanged_since(&self, view: &View) -> bool {
+        self.begun.load(Ordering::SeqCst) == view.begun
     }
 
     /// Withdraws the published view: reads that hold it finish with it, later ones
