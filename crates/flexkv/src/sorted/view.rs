@@ -66,7 +66,8 @@ pub(crate) struct View {
 pub(crate) struct Views {
     current: Mutex<Option<Arc<View>>>,
     /// Set by a read that found neither the lock nor a view; cleared when a view is
-    /// made or retired.
+    /// made. (Not when one is retired: reads that waited in one commit will wait in
+    /// the next, which may be one slice long and so have no other slice to make one.)
     wanted: AtomicBool,
     /// Commits and relocations begun: what a read from a view may cache.
     begun: AtomicU64,
@@ -117,7 +118,6 @@ impl Views {
     /// wait for the lock (and may ask for a new view).
     pub(crate) fn retire(&self) {
         let old = self.current.lock().take();
-        self.wanted.store(false, Ordering::Relaxed);
         drop(old);
     }
 }
