@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
-use common::{named_value, names, open_churning};
+use common::{named_value, names, open_churning, round_of, round_value};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -420,12 +420,8 @@ fn point_reads_through_the_record_cache_never_go_back_while_commits_run() {
     const KEYS: u32 = 3_000;
     const ROUNDS: u32 = 12;
     let key = |i: u32| format!("r{:05}", (i * 7919) % KEYS).into_bytes();
-    let value = |i: u32, n: u32| {
-        let mut v = n.to_be_bytes().to_vec();
-        v.extend(named_value(&key(i), n + i));
-        v
-    };
-    let round = |v: &[u8]| u32::from_be_bytes(v[..4].try_into().unwrap());
+    let value = |i: u32, n: u32| round_value(&key(i), n, n + i);
+    let round = round_of;
     let vfs = FaultVfs::new(6);
     let db = Db::builder(DIR)
         .vfs(vfs.shared())
@@ -516,12 +512,8 @@ fn point_reads_from_views_see_every_acknowledged_write_while_commits_run() {
     const KEYS: u32 = 20_000;
     const ROUNDS: u32 = 6;
     let key = |i: u32| format!("v{:06}", (i * 7919) % KEYS).into_bytes();
-    let value = |i: u32, n: u32| {
-        let mut v = n.to_be_bytes().to_vec();
-        v.extend(named_value(&key(i), n + i));
-        v
-    };
-    let round = |v: &[u8]| u32::from_be_bytes(v[..4].try_into().unwrap());
+    let value = |i: u32, n: u32| round_value(&key(i), n, n + i);
+    let round = round_of;
     let vfs = FaultVfs::new(7);
     let db = Db::builder(DIR)
         .vfs(vfs.shared())

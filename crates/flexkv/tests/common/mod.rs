@@ -38,6 +38,19 @@ pub fn named_value(key: &[u8], n: u32) -> Vec<u8> {
     v
 }
 
+/// A value that says which round `n` wrote it: `n`, then `key`'s [`named_value`] for
+/// `salt` ([`round_of`] reads the round back, [`names`] the rest).
+pub fn round_value(key: &[u8], n: u32, salt: u32) -> Vec<u8> {
+    let mut v = n.to_be_bytes().to_vec();
+    v.extend(named_value(key, salt));
+    v
+}
+
+/// The round a [`round_value`] was written in.
+pub fn round_of(value: &[u8]) -> u32 {
+    u32::from_be_bytes(value[..4].try_into().expect("a round value"))
+}
+
 /// Whether `value` is one of `key`'s [`named_value`]s.
 pub fn names(key: &[u8], value: &[u8]) -> bool {
     value.starts_with(key) && value[key.len()..].iter().all(|&b| b == b'.')
