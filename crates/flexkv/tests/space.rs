@@ -1571,13 +1571,13 @@ fn a_gc_pass_in_steps_is_a_pass() {
     assert!(content(&back) == m);
 }
 
-/// Views taken at random moments read the space as it was then, whole and in random
-/// ranges, while the space goes on changing under random operations (GC passes and
+/// Views taken at random moments read the space as it was then, whole, in random
+/// ranges and by the shortcuts ranges had then, while the space goes on changing under random operations (GC passes and
 /// syncs among them, which free segments and would reuse them); the segments freed
 /// meanwhile are held, and free again once the views are gone.
 #[test]
 fn a_view_reads_the_space_as_it_was_while_it_changes() {
-    let (mut held_seen, mut ranges_read) = (0, 0);
+    let (mut held_seen, mut ranges_read, mut shortcut_reads) = (0, 0, 0);
     for seed in 0..5u64 {
         let tmp = tempfile::tempdir().unwrap();
         let (vfs, dir): (Arc<dyn Vfs>, &Path) = match seed {
@@ -1587,8 +1587,10 @@ fn a_view_reads_the_space_as_it_was_while_it_changes() {
         let mut rng = SmallRng::seed_from_u64(100 + seed);
         let mut s = Some(FlexSpace::open(Arc::clone(&vfs), dir, opts()).unwrap());
         let mut m = Vec::new();
-        // Views alive, each with the content it was taken at.
-        let mut views: Vec<(flexkv::space::SpaceView, Vec<u8>)> = Vec::new();
+        // Views alive, each with the content it was taken at, and ranges with the
+        // shortcut (spot or hint) each had then.
+        type Shortcuts = Vec<(usize, usize, Option<flexkv::space::Shortcut>)>;
+        let mut views: Vec<(flexkv::space::SpaceView, Vec<u8>, Shortcuts)> = Vec::new();
         for step in 0..3_000 {
             let op = match random_op(&mut rng, m.len() as u64) {
                 // A view outlives no opening of its space: reopening is another test's.
@@ -1597,15 +1599,24 @@ fn a_view_reads_the_space_as_it_was_while_it_changes() {
             };
             apply_in(&vfs, dir, &mut s, &mut m, op).unwrap();
             let sp = s.as_ref().unwrap();
-            for (v, was) in &views {
+            for (v, was, cuts) in &views {
                 assert_eq!(v.len(), was.len() as u64);
+                for &(off, len, cut) in cuts {
+                    let mut buf = vec![0u8; len];
+                    v.read_while(off as u64, &mut buf, cut, |_| true).unwrap();
+                    assert!(
+                        buf == was[off..off + len],
+                        "seed {seed} step {step}: a view's range at {off}+{len} by {cut:?}"
+                    );
+                    shortcut_reads += usize::from(cut.is_some());
+                }
                 if was.is_empty() {
                     continue;
                 }
                 let off = rng.random_range(0..was.len());
                 let len = rng.random_range(1..=(was.len() - off).min(5_000));
                 let mut buf = vec![0u8; len];
-                let (_, filled) = v.read_while(off as u64, &mut buf, |_| true).unwrap();
+                let (_, filled) = v.read_while(off as u64, &mut buf, None, |_| true).unwrap();
                 assert_eq!(filled, len);
                 assert!(
                     buf == was[off..off + len],
@@ -1615,13 +1626,24 @@ fn a_view_reads_the_space_as_it_was_while_it_changes() {
             }
             held_seen = held_seen.max(sp.held_segments());
             if rng.random_bool(0.02) {
-                views.push((sp.view().unwrap(), m.clone()));
+                let mut cuts = Vec::new();
+                for _ in 0..4 {
+                    if m.is_empty() {
+                        break;
+                    }
+                    let off = rng.random_range(0..m.len());
+                    let len = rng.random_range(1..=(m.len() - off).min(3_000));
+                    let mut buf = vec![0u8; len];
+                    let read = sp.read_while(off as u64, &mut buf, None, |_| true).unwrap();
+                    cuts.push((off, len, read.shortcut));
+                }
+                views.push((sp.view().unwrap(), m.clone(), cuts));
             }
             if views.len() > 3 || (!views.is_empty() && rng.random_bool(0.01)) {
                 // The oldest goes, read whole one last time.
-                let (v, was) = views.remove(0);
+                let (v, was, _) = views.remove(0);
                 let mut buf = vec![0u8; was.len()];
-                v.read_while(0, &mut buf, |_| true).unwrap();
+                v.read_while(0, &mut buf, None, |_| true).unwrap();
                 assert!(buf == was, "seed {seed} step {step}: a view read whole");
             }
         }
@@ -1635,6 +1657,10 @@ fn a_view_reads_the_space_as_it_was_while_it_changes() {
     }
     assert!(held_seen > 0, "no segment was ever held for a view");
     assert!(ranges_read > 1_000, "{ranges_read} ranges read from views");
+    assert!(
+        shortcut_reads > 1_000,
+        "{shortcut_reads} ranges read from views by a shortcut"
+    );
 }
 
 /// A space with a size limit makes no views: a held segment could make a write fail.

@@ -143,6 +143,14 @@ impl Held {
 }
 
 impl Slot {
+    /// A slot holding no interval and `shortcut`: a view's copy of a slot
+    /// ([`SparseIndex::find_copy`](super::index::SparseIndex::find_copy)).
+    pub(crate) fn with_shortcut(shortcut: Option<Shortcut>) -> Slot {
+        let mut held = Held::default();
+        held.set_shortcut(shortcut);
+        Slot(RwLock::new(held))
+    }
+
     /// What `read` makes of the interval held here, if any (marked recently used),
     /// without taking a reference to it: a point read that copies its record out needs
     /// none, and a reference count is an atomic write to a line the read would

@@ -162,21 +162,26 @@ impl SparseIndex {
         }
     }
 
-    /// A copy of the index for [`SparseIndex::find`] only: the same intervals at the
-    /// same offsets, with no cache slots (it has none to give, and must not be changed).
-    /// Copies every node: O(intervals).
+    /// A copy of the index for reading only (it must not be changed): the same
+    /// intervals at the same offsets, each slot with the interval's shortcut now and no
+    /// cached interval (a view's; `sorted/view.rs`). Copies every node: O(intervals).
     pub(crate) fn find_copy(&self) -> SparseIndex {
         let nodes = self
             .nodes
             .iter()
             .map(|n| match n {
                 Node::Leaf {
-                    keys, partial, end, ..
+                    keys,
+                    partial,
+                    end,
+                    slots,
                 } => Node::Leaf {
                     keys: keys.clone(),
                     partial: partial.clone(),
                     end: *end,
-                    slots: Vec::new(),
+                    slots: (slots.iter())
+                        .map(|s| Slot::with_shortcut(s.shortcut()))
+                        .collect(),
                 },
                 Node::Internal {
                     pivots,

@@ -380,11 +380,13 @@ impl SortedStore {
     /// lock, which also reports whatever is wrong.
     fn get_in_view(&self, key: &[u8]) -> Option<(Option<Version>, Arc<View>)> {
         let view = self.views.get()?;
-        let iv = view.index.find(key);
+        let at = view.index.locate(key);
+        let iv = view.index.interval_of(at);
+        let shortcut = view.index.slot_at(at).shortcut();
         let mut buf = vec![0; usize::try_from(iv.size).ok()?];
         let mut seek = Seek::new(key, &iv.key);
         view.space
-            .read_while(iv.offset, &mut buf, |read| seek.more(read))
+            .read_while(iv.offset, &mut buf, shortcut, |read| seek.more(read))
             .ok()?;
         Some((seek.outcome(buf.len())?, view))
     }

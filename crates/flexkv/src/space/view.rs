@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use super::{fill_runs, read_or_corrupt, FlexSpace};
+use super::{fill_runs, read_or_corrupt, FlexSpace, Shortcut};
 use crate::flextree::FlexTree;
 use crate::io::{VfsFile, Window};
 use crate::Result;
@@ -92,18 +92,32 @@ impl SpaceView {
     /// Reads `buf.len()` bytes at `off` as the space held them when the view was made,
     /// as [`FlexSpace::read_self_checked_while`] does: no block checksums (the caller's
     /// bytes carry their own), one physically contiguous run at a time in logical
-    /// order, asking `more` after each whether to go on. Returns how many extents map
-    /// the range and how many bytes were filled.
+    /// order, asking `more` after each whether to go on. `shortcut`, if any, is one the
+    /// range had when the view was made: a spot is read with no walk of the tree (its
+    /// bytes stay while the view lives), and a hint that holds in the view's tree (its
+    /// stamps are the space's when the view was made) starts the walk with no
+    /// descent. Returns how many extents map the range (1 for a spot) and how many
+    /// bytes were filled.
     pub fn read_while(
         &self,
         off: u64,
         buf: &mut [u8],
-        more: impl FnMut(&[u8]) -> bool,
+        shortcut: Option<Shortcut>,
+        mut more: impl FnMut(&[u8]) -> bool,
     ) -> Result<(usize, usize)> {
         let len = buf.len() as u64;
         self.tree.check_range("query", off, len)?;
+        let hint = match shortcut {
+            Some(Shortcut::Spot(spot)) => {
+                self.read_data(spot.addr, buf)?;
+                more(buf);
+                return Ok((1, buf.len()));
+            }
+            Some(Shortcut::Hint(h)) => Some(h),
+            None => None,
+        };
         let mut runs = Vec::new();
-        crate::flextree::runs_of(self.tree.extents_hinted(off, None).0, off, len, &mut runs);
+        crate::flextree::runs_of(self.tree.extents_hinted(off, hint).0, off, len, &mut runs);
         if let Some(w) = &self.window {
             for r in &runs {
                 if let Some(a) = r.addr {
