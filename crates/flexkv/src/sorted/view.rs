@@ -1,6 +1,7 @@
-//! Point reads beside the committer's write sections: a copy of the sparse index and a
-//! [`SpaceView`] of the space, made by the committer between two write sections when
-//! reads had to wait for one, and read without the keyspace's lock.
+//! Point reads beside the committer's write sections: a copy of the sparse index (each
+//! slot with its interval's shortcut, no cached interval) and a [`SpaceView`] of the
+//! space, made by the committer between two write sections when reads had to wait for
+//! one, and read without the keyspace's lock.
 //!
 //! A read that finds the lock held by a write section and its interval not cached
 //! waited for the section to end, and since the committer takes the next one at once,
