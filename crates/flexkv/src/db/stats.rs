@@ -83,7 +83,8 @@ pub struct Stats {
     /// interval not cached, and read a view of the keyspace instead of waiting (see the
     /// design's "Views"); not counted in `cache_misses`.
     pub view_reads: u64,
-    /// Views of a keyspace the committer made for those reads (at most one per commit).
+    /// Views of a keyspace the committer made for those reads (one at a time, at most
+    /// one per commit unless the value log's GC retires it).
     pub views_made: u64,
     /// Intervals the committer split off a grown interval (one per new interval).
     pub interval_splits: u64,

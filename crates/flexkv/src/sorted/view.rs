@@ -118,6 +118,7 @@ impl Views {
     /// Withdraws the published view: reads that hold it finish with it, later ones
     /// wait for the lock (and may ask for a new view).
     pub(crate) fn retire(&self) {
+        // The last reference frees the copy: outside the lock.
         let old = self.current.lock().take();
         drop(old);
     }

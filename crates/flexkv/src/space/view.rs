@@ -134,22 +134,26 @@ impl SpaceView {
     /// buffer from the copy of them, the rest from the file.
     fn read_data(&self, mut addr: u64, mut out: &mut [u8]) -> Result<()> {
         while !out.is_empty() {
-            let (n, from_tail) = match &self.tail {
-                Some((start, bytes)) if addr >= *start && addr < start + bytes.len() as u64 => {
-                    ((start + bytes.len() as u64 - addr) as usize, true)
+            let n = match &self.tail {
+                Some((start, bytes)) if addr >= *start && addr - start < bytes.len() as u64 => {
+                    let at = (addr - start) as usize;
+                    let n = out.len().min(bytes.len() - at);
+                    out[..n].copy_from_slice(&bytes[at..at + n]);
+                    n
                 }
-                Some((start, _)) if addr < *start => ((start - addr) as usize, false),
-                _ => (out.len(), false),
+                // Bytes before the unwritten ones, then those.
+                Some((start, _)) if addr < *start => {
+                    let n = out.len().min((start - addr) as usize);
+                    self.read_file(addr, &mut out[..n])?;
+                    n
+                }
+                _ => {
+                    self.read_file(addr, out)?;
+                    out.len()
+                }
             };
-            let (part, rest) = out.split_at_mut(n.min(out.len()));
-            if from_tail {
-                let (start, bytes) = self.tail.as_ref().unwrap_or_else(|| unreachable!());
-                let at = (addr - start) as usize;
-                part.copy_from_slice(&bytes[at..at + part.len()]);
-            } else {
-                self.read_file(addr, part)?;
-            }
-            (addr, out) = (addr + part.len() as u64, rest);
+            addr += n as u64;
+            out = &mut std::mem::take(&mut out)[n..];
         }
         Ok(())
     }
