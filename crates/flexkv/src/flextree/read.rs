@@ -122,6 +122,15 @@ impl FlexTree {
         (extents, Some(hint))
     }
 
+    /// Asks the processor for what [`FlexTree::extents_hinted`] looks at first when
+    /// `h` holds: the leaf's stamp and node (the entries themselves are behind the
+    /// node, which has to arrive before they can be asked for).
+    pub fn prefetch_hint(&self, h: &Hint) {
+        let at = h.leaf as usize;
+        crate::prefetch::prefetch(self.stamps.get(at..at + 1).unwrap_or_default());
+        crate::prefetch::prefetch(self.nodes.get(at..at + 1).unwrap_or_default());
+    }
+
     /// Whether `h` still holds: its leaf has not changed since it was made.
     pub fn holds(&self, h: &Hint) -> bool {
         (h.leaf as usize) < self.stamps.len() && self.stamp(h.leaf) == h.stamp

@@ -226,13 +226,31 @@ impl SparseIndex {
                     children,
                     shifts,
                 } => {
+                    // Asked for with the pivots' heads (in `rank`), so that the wait
+                    // for the child taken overlaps the search's.
+                    crate::prefetch::prefetch(children);
+                    crate::prefetch::prefetch(shifts);
                     let c = pivots.rank(key, true);
                     step(id, c);
                     shift += shifts[c];
                     id = children[c];
                 }
-                Node::Leaf { keys, .. } => {
+                Node::Leaf {
+                    keys,
+                    partial,
+                    slots,
+                    ..
+                } => {
                     let j = keys.rank(key, true).saturating_sub(1);
+                    // What the caller reads next, asked for together: the entry's
+                    // slot, its offsets and its key's bounds.
+                    crate::prefetch::prefetch(slots.get(j..=j).unwrap_or_default());
+                    crate::prefetch::prefetch(
+                        partial
+                            .get(j..(j + 2).min(partial.len()))
+                            .unwrap_or_default(),
+                    );
+                    keys.prefetch_key(j);
                     step(id, j);
                     return (id, j, shift);
                 }

@@ -105,6 +105,17 @@ impl RecordCache {
         self.records.get(key)
     }
 
+    /// Asks the processor for what a [`RecordCache::put`] of `key` will look at first
+    /// (its doorkeeper's word), if the cache takes records: a point read does this
+    /// before its descent, whose waits then overlap this one.
+    pub(crate) fn prefetch_put(&self, key: &[u8]) {
+        if self.capacity.load(Ordering::Relaxed) != 0 {
+            if let Some(d) = self.doorkeeper.get() {
+                d.prefetch(key);
+            }
+        }
+    }
+
     /// Caches `v` as the record of `key`, which the caller read from the space under
     /// the keyspace's read lock and still holds it: while the cache has room, and once
     /// it is full, if this is the key's second miss lately ([`Doorkeeper`]).

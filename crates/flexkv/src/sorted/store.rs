@@ -340,6 +340,8 @@ impl SortedStore {
     /// not wait for the committer.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Version>> {
         self.usable()?;
+        // A read the record cache misses may put what it finds there.
+        self.rows.prefetch_put(key);
         // The record cache needs no lock (see `rows.rs`).
         if let Some(v) = self.rows.get(key) {
             self.counters.record_hits.fetch_add(1, Ordering::Relaxed);
@@ -383,12 +385,15 @@ impl SortedStore {
         let at = view.index.locate(key);
         let iv = view.index.interval_of(at);
         let shortcut = view.index.slot_at(at).shortcut();
-        let mut buf = vec![0; usize::try_from(iv.size).ok()?];
-        let mut seek = Seek::new(key, &iv.key);
-        view.space
-            .read_while(iv.offset, &mut buf, shortcut, |read| seek.more(read))
-            .ok()?;
-        Some((seek.outcome(buf.len())?, view))
+        let size = usize::try_from(iv.size).ok()?;
+        let found = with_scratch(size, |buf| {
+            let mut seek = Seek::new(key, &iv.key);
+            view.space
+                .read_while(iv.offset, buf, shortcut, |read| seek.more(read))
+                .ok()?;
+            seek.outcome(size)
+        })?;
+        Some((found, view))
     }
 
     /// [`SortedStore::get`] under the lock.
@@ -402,6 +407,19 @@ impl SortedStore {
             }
             Err(shortcut) => shortcut,
         };
+        // What the read waits for next, asked for at once: the space's first steps by
+        // the shortcut, and (where the keyspace does not fit, so the cache is full)
+        // the tables that count the miss, rarely in the processor's caches. The last
+        // are hashed from the interval's key, whose bytes a hit never reads.
+        if let Some(s) = shortcut {
+            st.space.prefetch_shortcut(s);
+        }
+        let fits = self.fits(st);
+        if !fits {
+            let iv_key = st.index.key_of(at);
+            self.cache.prefetch_admits(iv_key);
+            self.misses.prefetch(iv_key);
+        }
         // Just missed: straight to the space, not through `load`'s second cache lookup
         // or a second descent of the index.
         self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
@@ -412,7 +430,6 @@ impl SortedStore {
         let size = usize::try_from(iv.size)
             .unwrap_or(usize::MAX)
             .saturating_add(super::interval::overhead(self.split_pairs));
-        let fits = self.fits(st);
         if !self.cache.admits(&iv.key, size, fits) {
             let (found, extents) = self.find_in_space(&st.space, &iv, key, slot, shortcut)?;
             self.want_rewrite(&st.space, &iv, extents);
@@ -447,16 +464,18 @@ impl SortedStore {
     ) -> Result<(Option<Version>, usize)> {
         let size =
             usize::try_from(iv.size).map_err(|_| self.corrupt(iv.offset, "huge interval"))?;
-        let mut buf = vec![0; size];
-        let mut seek = Seek::new(key, &iv.key);
-        let read = self.read_by(space, iv.offset, shortcut, slot, &mut buf, |read| {
-            seek.more(read)
+        let (outcome, extents) = with_scratch(size, |buf| {
+            let mut seek = Seek::new(key, &iv.key);
+            let read = self.read_by(space, iv.offset, shortcut, slot, buf, |read| {
+                seek.more(read)
+            })?;
+            Ok::<_, Error>((seek.outcome(size), read.extents))
         })?;
-        match seek.outcome(size) {
-            Some(v) => Ok((v, read.extents)),
+        match outcome {
+            Some(v) => Ok((v, extents)),
             None => {
                 let l = self.read_interval(space, iv)?;
-                Ok((find_version(&l, key), read.extents))
+                Ok((find_version(&l, key), extents))
             }
         }
     }
@@ -1001,6 +1020,34 @@ impl SortedStore {
     }
 }
 
+thread_local! {
+    /// The bytes a point read reads an interval into, kept for the thread's next one.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `size` bytes of this thread's scratch buffer, whose contents are
+/// whatever an earlier read left there (every caller overwrites what it reads). A
+/// point read's interval was a fresh zeroed allocation each time: the allocation, the
+/// zeroing and the free took 3% of a 10M readrandom's time (docs/benchmarks.md,
+/// forty-fourth session). A buffer already in use (no caller nests, but a nested call
+/// must not fail) is replaced by a fresh one, and so is one past [`SCRATCH_MOST`],
+/// which the thread would otherwise keep.
+fn with_scratch<T>(size: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) if size <= SCRATCH_MOST => {
+            if buf.len() < size {
+                buf.resize(size, 0);
+            }
+            f(&mut buf[..size])
+        }
+        _ => f(&mut vec![0; size]),
+    })
+}
+
+/// The largest read a thread's scratch buffer grows to: four times the size past
+/// which an interval splits, so every interval short of a huge record fits.
+const SCRATCH_MOST: usize = 4 * super::commit::SPLIT_BYTES;
+
 /// A search for one key in an interval's bytes as a read fills them in, from the
 /// start ([`Seek::more`] at every step): it stops at the first record at or past the
 /// key. A record may span two steps; one that does not decode yet waits for the next.
@@ -1177,11 +1224,40 @@ fn read_key(space: &FlexSpace, dir: &Path, off: u64) -> Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    use super::{with_scratch, SCRATCH, SCRATCH_MOST};
     use crate::{Db, Durability, WriteBatch};
 
     /// A version read from a view goes into the record cache, unless a commit began
     /// after the view was made: that commit may have forgotten the key already, and
     /// the version would then be older than the store's for good.
+    /// The scratch buffer is the size asked for, is the thread's own (a nested call
+    /// gets another), and is not kept past [`SCRATCH_MOST`].
+    #[test]
+    fn scratch_is_sized_per_call_separate_when_nested_and_not_kept_when_huge() {
+        let kept = || SCRATCH.with(|c| c.borrow().len());
+        let outer = with_scratch(100, |a| {
+            assert_eq!(a.len(), 100);
+            a.fill(7);
+            let inner = with_scratch(50, |b| {
+                assert_eq!(b.len(), 50);
+                assert!(b.iter().all(|&x| x == 0), "a nested call's buffer is fresh");
+                b.as_ptr()
+            });
+            assert_ne!(inner, a.as_ptr());
+            a.as_ptr()
+        });
+        assert_eq!(
+            with_scratch(10, |b| b.as_ptr()),
+            outer,
+            "the buffer is reused"
+        );
+        assert_eq!(kept(), 100);
+        with_scratch(SCRATCH_MOST + 1, |b| assert_eq!(b.len(), SCRATCH_MOST + 1));
+        assert_eq!(kept(), 100, "a huge read's buffer is not kept");
+        with_scratch(SCRATCH_MOST, |b| assert_eq!(b.len(), SCRATCH_MOST));
+        assert_eq!(kept(), SCRATCH_MOST);
+    }
+
     #[test]
     fn a_read_from_a_view_caches_its_record_only_if_nothing_changed_since() {
         let dir = tempfile::tempdir().unwrap();

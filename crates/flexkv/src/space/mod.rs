@@ -762,6 +762,22 @@ impl FlexSpace {
         Ok(Some(at))
     }
 
+    /// Asks the processor for the first things a read by `shortcut` will wait for: a
+    /// spot's first bytes and their checksum entry, or a hint's leaf. A point read does
+    /// this as soon as it has the shortcut, so that these waits overlap its others
+    /// (the caches' admission counters) rather than following them.
+    pub fn prefetch_shortcut(&self, shortcut: Shortcut) {
+        match shortcut {
+            Shortcut::Spot(spot) => {
+                if let Some(w) = &self.window {
+                    w.prefetch(spot.addr, 128);
+                }
+                self.table.prefetch(spot.addr / crc::BLOCK);
+            }
+            Shortcut::Hint(h) => self.tree.prefetch_hint(&h),
+        }
+    }
+
     /// Reads like [`read_self_checked_while`](Self::read_self_checked_while), by
     /// `shortcut` if it still holds (a [`Spot`] as
     /// [`read_spot_while`](Self::read_spot_while) reads it; a [`Hint`] with no descent

@@ -78,6 +78,13 @@ impl Keys {
         }
     }
 
+    /// Asks the processor for where key `i` ends and starts (its bytes lie behind
+    /// them, and are asked for only once they arrive).
+    pub(super) fn prefetch_key(&self, i: usize) {
+        let ends = self.ends.get(i.saturating_sub(1)..(i + 1).min(self.len()));
+        crate::prefetch::prefetch(ends.unwrap_or_default());
+    }
+
     /// Key `i`.
     pub(super) fn get(&self, i: usize) -> &[u8] {
         &self.bytes[self.start(i)..self.ends[i] as usize]
