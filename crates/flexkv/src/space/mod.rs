@@ -63,7 +63,9 @@ const SPOT_STEP: usize = 512;
 /// range that inserts have split into a few extents is mostly a few spans, and each
 /// read saved is a system call saved (at a few hundred bytes an extent, the call costs
 /// more than the copy). A span is read when the logical order first needs one of its
-/// runs, so a read that stops early still reads less.
+/// runs, so a read that stops early still reads less. A read through a window makes no
+/// system call to save: it copies each run from the mapping straight into place, since
+/// a span's buffer cost allocations and a second copy of every byte.
 struct Spans {
     /// The span of each run (`usize::MAX` for a hole).
     span_of: Vec<usize>,
@@ -924,7 +926,8 @@ impl FlexSpace {
         // checksum entry are asked for at once, so their misses overlap instead of
         // coming one run after another. (A hint never faults, so bytes the file does
         // not have yet need no test here; the copy makes it.)
-        if let Some(w) = self.window.as_ref().filter(|_| !verify) {
+        let windowed = self.window.as_ref().filter(|_| !verify);
+        if let Some(w) = windowed {
             for (a, len) in runs.iter().filter_map(|r| r.addr.map(|a| (a, r.len))) {
                 w.prefetch(a, len.min(128) as usize);
                 self.table.prefetch(a / crc::BLOCK);
@@ -933,7 +936,7 @@ impl FlexSpace {
         fill_runs(
             runs,
             self.opts.segment_size,
-            !verify,
+            !verify && windowed.is_none(),
             buf,
             |s, b| self.read_data_unverified(s, b),
             |a, b| self.read_segments(a, b, verify),

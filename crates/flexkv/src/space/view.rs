@@ -126,7 +126,9 @@ impl SpaceView {
             }
         }
         let read = |a: u64, b: &mut [u8]| self.read_data(a, b);
-        let filled = fill_runs(&runs, self.segment_size, true, buf, read, read, more)?;
+        // Spans save system calls, which a window does not make (see `Spans`).
+        let spanned = self.window.is_none();
+        let filled = fill_runs(&runs, self.segment_size, spanned, buf, read, read, more)?;
         Ok((runs.len(), filled))
     }
 
