@@ -226,10 +226,6 @@ impl SparseIndex {
                     children,
                     shifts,
                 } => {
-                    // Asked for with the pivots' heads (in `rank`), so that the wait
-                    // for the child taken overlaps the search's.
-                    crate::prefetch::prefetch(children);
-                    crate::prefetch::prefetch(shifts);
                     let c = pivots.rank(key, true);
                     step(id, c);
                     shift += shifts[c];
