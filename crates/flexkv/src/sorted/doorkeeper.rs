@@ -21,11 +21,24 @@ pub(crate) struct Doorkeeper {
     window: usize,
 }
 
-/// The two bits of a key with hash `h` in its word: different bits, by a rotation of
-/// 1 to 63 places.
+/// A key's hash, for the tables that remember misses (this one and
+/// [`MissCounts`](super::misses::MissCounts)): the high half picks the word or block,
+/// the low bits the places in it ([`two_places`]).
+pub(super) fn hash(key: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::default().hash_one(key)
+}
+
+/// Two different places of 64 for a key with hash `h`: the low six bits, and 1 to 63
+/// places on from it by the next bits.
+pub(super) fn two_places(h: u64) -> [usize; 2] {
+    let first = (h % 64) as usize;
+    [first, (first + 1 + ((h >> 6) % 63) as usize) % 64]
+}
+
+/// The two bits of a key with hash `h` in its word.
 fn bits_of(h: u64) -> u64 {
-    let first = 1u64 << (h % 64);
-    first | first.rotate_left(1 + ((h >> 6) % 63) as u32)
+    two_places(h).iter().fold(0, |bits, &p| bits | 1 << p)
 }
 
 impl Doorkeeper {
@@ -41,8 +54,7 @@ impl Doorkeeper {
 
     /// The word `key`'s bits lie in.
     fn word(&self, key: &[u8]) -> (&AtomicU64, u64) {
-        use std::hash::BuildHasher;
-        let h = foldhash::fast::FixedState::default().hash_one(key);
+        let h = hash(key);
         (&self.bits[(h >> 32) as usize & (self.bits.len() - 1)], h)
     }
 

@@ -19,11 +19,13 @@
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
+use super::doorkeeper::{hash, two_places};
+
 /// Counts per counter of a row between two halvings: one, so that what other keys
 /// add to a key's counters stays about one, well under the counts that matter.
 const AGE_EVERY: usize = 1;
 
-/// Counters per block: a cache line's worth.
+/// Counters per block: a cache line's worth, and the places [`two_places`] picks from.
 const BLOCK: usize = 64;
 
 /// A key's block of counters, on a cache line of its own.
@@ -50,8 +52,7 @@ impl MissCounts {
 
     /// `key`'s block, and its hash.
     fn block(&self, key: &[u8]) -> (&Block, u64) {
-        use std::hash::BuildHasher;
-        let h = foldhash::fast::FixedState::default().hash_one(key);
+        let h = hash(key);
         (
             &self.blocks[(h >> 32) as usize & (self.blocks.len() - 1)],
             h,
@@ -67,11 +68,8 @@ impl MissCounts {
     /// one (at most 255).
     pub(crate) fn count(&self, key: &[u8]) -> u8 {
         let (block, h) = self.block(key);
-        let first = h as usize % BLOCK;
-        // 1 to 63 places on: never the first counter again.
-        let second = (first + 1 + (h >> 6) as usize % (BLOCK - 1)) % BLOCK;
         let mut least = u8::MAX;
-        for i in [first, second] {
+        for i in two_places(h) {
             let was = block.0[i]
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1))
                 .unwrap_or(u8::MAX);
