@@ -231,16 +231,11 @@ impl SparseIndex {
                     shift += shifts[c];
                     id = children[c];
                 }
-                Node::Leaf {
-                    keys,
-                    partial,
-                    slots,
-                    ..
-                } => {
+                Node::Leaf { keys, partial, .. } => {
                     let j = keys.rank(key, true).saturating_sub(1);
-                    // What the caller reads next, asked for together: the entry's
-                    // slot, its offsets and its key's bounds.
-                    crate::prefetch::prefetch(slots.get(j..=j).unwrap_or_default());
+                    // What a point read that misses the cache reads after the entry's
+                    // slot (its first wait, which these overlap): the entry's offsets
+                    // and its key's bounds.
                     crate::prefetch::prefetch(
                         partial
                             .get(j..(j + 2).min(partial.len()))
