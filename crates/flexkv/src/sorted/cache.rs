@@ -12,7 +12,9 @@
 //! holds the lock to edit the space and the index. When the lock is free, a point read
 //! takes it shared instead, finds its interval in the sparse index, and there the
 //! interval's [`Slot`], which holds the cached interval if there is one: fewer cache
-//! misses than the skip list's floor search (see [`IntervalCache`]).
+//! misses than the skip list's floor search (see [`IntervalCache`]). While the lock is
+//! held, a read asks a view's copy of the index and its slots first (`view.rs`), and
+//! the floor search finds what was cached after the view was made.
 //!
 //! Why a lock-free read is right: the committer changes an interval only by replacing
 //! its entry (in place, split, merged), and it publishes every change before the frozen
@@ -143,12 +145,18 @@ impl Held {
 }
 
 impl Slot {
-    /// A slot holding no interval and `shortcut`: a view's copy of a slot
-    /// ([`SparseIndex::find_copy`](super::index::SparseIndex::find_copy)).
-    pub(crate) fn with_shortcut(shortcut: Option<Shortcut>) -> Slot {
-        let mut held = Held::default();
-        held.set_shortcut(shortcut);
-        Slot(RwLock::new(held))
+    /// A view's copy of this slot
+    /// ([`SparseIndex::find_copy`](super::index::SparseIndex::find_copy)): the same
+    /// interval, if one is held, and the same shortcut. The copy shares the interval,
+    /// so it keeps it in memory while the view lives, cached or not.
+    pub(crate) fn view_copy(&self) -> Slot {
+        let held = self.0.read();
+        let mut copy = Held {
+            loaded: held.loaded.clone(),
+            ..Held::default()
+        };
+        copy.set_shortcut(held.shortcut());
+        Slot(RwLock::new(copy))
     }
 
     /// What `read` makes of the interval held here, if any (marked recently used),

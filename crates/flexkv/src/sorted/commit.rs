@@ -302,11 +302,8 @@ impl SortedStore {
         read: impl FnOnce(Vec<(Interval, Placement)>),
     ) -> Result<usize> {
         let st = self.state.upgradable_read();
-        // Between two write sections: a view of now, if reads waited for the last one
-        // and the keyspace is larger than the cache (in one that fits, a read that
-        // waits puts its interval in the cache, and the reads after it hit there
-        // without a lock; a view's reads would leave the cache cold).
-        if !self.fits(&st) && self.views.offer(&st) {
+        // Between two write sections: a view of now, if reads met the last one.
+        if self.views.offer(&st) {
             self.counters.views_made.fetch_add(1, Ordering::Relaxed);
         }
         let (prepared, places) = match to_read {

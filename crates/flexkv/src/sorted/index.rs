@@ -163,8 +163,8 @@ impl SparseIndex {
     }
 
     /// A copy of the index for reading only (it must not be changed): the same
-    /// intervals at the same offsets, each slot with the interval's shortcut now and no
-    /// cached interval (a view's; `sorted/view.rs`). Copies every node: O(intervals).
+    /// intervals at the same offsets, each slot with the interval's shortcut and cached
+    /// interval now (a view's; `sorted/view.rs`). Copies every node: O(intervals).
     pub(crate) fn find_copy(&self) -> SparseIndex {
         let nodes = self
             .nodes
@@ -179,9 +179,7 @@ impl SparseIndex {
                     keys: keys.clone(),
                     partial: partial.clone(),
                     end: *end,
-                    slots: (slots.iter())
-                        .map(|s| Slot::with_shortcut(s.shortcut()))
-                        .collect(),
+                    slots: slots.iter().map(Slot::view_copy).collect(),
                 },
                 Node::Internal {
                     pivots,

@@ -26,7 +26,7 @@ use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
 use super::cache::{IntervalCache, Slot};
 use super::history::Version;
-use super::index::{Interval, SparseIndex};
+use super::index::{Interval, Position, SparseIndex};
 use super::interval::Loaded;
 use super::misses::MissCounts;
 use super::record::{peek_key, Record};
@@ -348,21 +348,45 @@ impl SortedStore {
             return Ok(Some(v));
         }
         // With the lock free, the index finds the interval and, beside it, the cached
-        // form if any; while the committer holds it, the cache's own floor search can
-        // find a cached interval without waiting.
+        // form if any.
         if let Some(st) = self.state.try_read() {
             return self.get_holding(&st, key);
+        }
+        // While the committer holds it: the published view's copy of the index finds
+        // the interval, and its slot the cached form as it was when the view was made,
+        // with fewer misses than the cache's own floor search; that search finds what
+        // was cached since; and the view's space reads the rest where the keyspace is
+        // larger than the cache (where it fits, a read that waits caches the interval
+        // for the reads after it).
+        let view = self.views.get();
+        let mut missed = None;
+        if let Some(view) = &view {
+            let at = view.index.locate(key);
+            match (view.index.slot_at(at)).read_or_shortcut(|l| find_version(l, key)) {
+                Ok(found) => {
+                    self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(found);
+                }
+                Err(shortcut) => missed = Some((at, shortcut)),
+            }
         }
         if let Some(l) = self.cache.covering(key) {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(find_version(&l, key));
         }
-        if let Some((found, view)) = self.get_in_view(key) {
-            self.counters.view_reads.fetch_add(1, Ordering::Relaxed);
-            if let Some(v) = &found {
-                self.cache_from_view(key, v, &view);
+        if let (Some(view), Some((at, shortcut))) = (view, missed) {
+            let fits = self
+                .cache
+                .would_hold(view.space.len(), view.index.len(), self.split_pairs);
+            if !fits {
+                if let Some(found) = read_in_view(&view, at, shortcut, key) {
+                    self.counters.view_reads.fetch_add(1, Ordering::Relaxed);
+                    if let Some(v) = &found {
+                        self.cache_from_view(key, v, &view);
+                    }
+                    return Ok(found);
+                }
             }
-            return Ok(found);
         }
         self.get_holding(&self.state.read(), key)
     }
@@ -375,25 +399,6 @@ impl SortedStore {
         if !self.views.unchanged_since(view) {
             self.rows.forget(key);
         }
-    }
-
-    /// The version of `key` in the published view (see `view.rs`), and the view, if
-    /// there is one and its interval reads sound there; `None` leaves the read to the
-    /// lock, which also reports whatever is wrong.
-    fn get_in_view(&self, key: &[u8]) -> Option<(Option<Version>, Arc<View>)> {
-        let view = self.views.get()?;
-        let at = view.index.locate(key);
-        let iv = view.index.interval_of(at);
-        let shortcut = view.index.slot_at(at).shortcut();
-        let size = usize::try_from(iv.size).ok()?;
-        let found = with_scratch(size, |buf| {
-            let mut seek = Seek::new(key, &iv.key);
-            view.space
-                .read_while(iv.offset, buf, shortcut, |read| seek.more(read))
-                .ok()?;
-            seek.outcome(size)
-        })?;
-        Some((found, view))
     }
 
     /// [`SortedStore::get`] under the lock.
@@ -1129,6 +1134,27 @@ pub(crate) fn sync_space(
     Ok(st)
 }
 
+/// The version of `key` in `view`, read from its space: `at` is the place of the
+/// interval holding `key` in the view's index, and `shortcut` its slot's. `None` if the
+/// interval does not read sound there, leaving the read to the lock, which also reports
+/// whatever is wrong.
+fn read_in_view(
+    view: &View,
+    at: Position,
+    shortcut: Option<Shortcut>,
+    key: &[u8],
+) -> Option<Option<Version>> {
+    let iv = view.index.interval_of(at);
+    let size = usize::try_from(iv.size).ok()?;
+    with_scratch(size, |buf| {
+        let mut seek = Seek::new(key, &iv.key);
+        view.space
+            .read_while(iv.offset, buf, shortcut, |read| seek.more(read))
+            .ok()?;
+        seek.outcome(size)
+    })
+}
+
 fn find_version(loaded: &Loaded, key: &[u8]) -> Option<Version> {
     loaded
         .find(key)
@@ -1224,6 +1250,8 @@ fn read_key(space: &FlexSpace, dir: &Path, off: u64) -> Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::{with_scratch, SCRATCH, SCRATCH_MOST};
     use crate::{Db, Durability, WriteBatch};
 
@@ -1284,9 +1312,13 @@ mod tests {
             assert!(store.views.offer(&store.state.read()));
             store.views.get().unwrap()
         };
+        let in_view = |v: &super::View, k: &[u8]| {
+            let at = v.index.locate(k);
+            super::read_in_view(v, at, v.index.slot_at(at).shortcut(), k).unwrap()
+        };
         // Nothing changes: the record stays cached.
         let v = view(&store);
-        let (found, _) = store.get_in_view(&key(7)).unwrap();
+        let found = in_view(&v, &key(7));
         store.cache_from_view(&key(7), found.as_ref().unwrap(), &v);
         assert!(
             store.rows.get(&key(7)).is_some(),
@@ -1295,7 +1327,7 @@ mod tests {
         store.views.retire();
         // A commit of the key between the read and the put: the put is taken back.
         let v = view(&store);
-        let (found, _) = store.get_in_view(&key(8)).unwrap();
+        let found = in_view(&v, &key(8));
         db.put(&key(8), &[b'b'; 100]).unwrap();
         db.flush().unwrap();
         store.cache_from_view(&key(8), found.as_ref().unwrap(), &v);
@@ -1304,5 +1336,55 @@ mod tests {
             "an old version stayed cached"
         );
         assert_eq!(db.get(&key(8)).unwrap(), Some(vec![b'b'; 100]));
+    }
+
+    /// A point read that meets a write section finds its interval through the view's
+    /// copy of the index, cached as it was when the view was made: without the lock,
+    /// even once the cache has let the interval go (so the cache's own floor search
+    /// misses it), and in a keyspace that fits the cache, where a view's space is not
+    /// read.
+    #[test]
+    fn a_read_beside_a_write_section_finds_the_interval_the_view_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let ks = db.default_keyspace();
+        let key = |i: u32| format!("key{i:06}").into_bytes();
+        let mut b = WriteBatch::new();
+        for i in 0..2_000u32 {
+            b.put(&ks, &key(i), &i.to_le_bytes()).unwrap();
+        }
+        db.write(b).unwrap();
+        db.flush().unwrap();
+        let store = db.store_of(&ks);
+        // The committer caches what it writes; the read checks it is so.
+        assert!(store.fits(&store.state.read()));
+        assert_eq!(
+            db.get(&key(500)).unwrap(),
+            Some(500u32.to_le_bytes().to_vec())
+        );
+        assert!(store.views.get().is_none());
+        assert!(store.views.offer(&store.state.read()));
+        let write = store.state.write();
+        let at = write.index.locate(&key(500));
+        let iv = write.index.interval_of(at);
+        assert!(write.index.slot_at(at).peek().is_some(), "not cached");
+        store.cache.remove(&write.index, &iv.key);
+        assert!(store.cache.covering(&key(500)).is_none());
+        let hits = store.counters.cache_hits.load(Ordering::Relaxed);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                tx.send(store.get(&key(500)).unwrap()).unwrap();
+            });
+            let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+            drop(write);
+            let got = got.expect("the read waited for the write section");
+            match got.map(|v| v.value) {
+                Some(crate::memtable::Value::Inline(v)) => assert_eq!(*v, 500u32.to_le_bytes()),
+                other => panic!("read {other:?}"),
+            }
+        });
+        assert_eq!(store.counters.cache_hits.load(Ordering::Relaxed), hits + 1);
+        assert_eq!(store.counters.view_reads.load(Ordering::Relaxed), 0);
     }
 }

@@ -1,13 +1,17 @@
 //! Point reads beside the committer's write sections: a copy of the sparse index (each
-//! slot with its interval's shortcut, no cached interval) and a [`SpaceView`] of the
-//! space, made by the committer between two write sections when reads had to wait for
-//! one, and read without the keyspace's lock.
+//! slot with its interval's shortcut and cached interval, if any) and a [`SpaceView`]
+//! of the space, made by the committer between two write sections when reads had to
+//! wait for one or met one, and read without the keyspace's lock.
 //!
 //! A read that finds the lock held by a write section and its interval not cached
 //! waited for the section to end, and since the committer takes the next one at once,
 //! usually for its whole slice: a third of a 10M point-read phase that began during a
 //! commit went that way (docs/benchmarks.md, fortieth session). With a view, it reads
-//! the keyspace as it was when the view was made.
+//! the keyspace as it was when the view was made. A read whose interval is cached
+//! found it by the cache's skip list, whose floor search misses the processor cache at
+//! nearly every level; the view's index finds it in a few nodes, and its slot holds the
+//! interval as it was cached when the view was made (docs/benchmarks.md, forty-fifth
+//! session).
 //!
 //! Why that answer is the right one. A read looks in the memtables first, then in the
 //! store. A view is made during the commit of some frozen memtable `M`, and shows every
@@ -31,17 +35,20 @@
 //! the view keeps the count it was made at, and a read that put a record takes it back
 //! out unless the count is still that after the put. If it is, any change that forgets
 //! the key began after the put and forgets it after it (the count and the cache's
-//! operations are sequentially consistent). Reads from a view do not fill the interval
-//! cache, whose slots are the index's; that is why views are made only for a keyspace
-//! larger than the cache (where it fits, a read that waits caches its interval and the
-//! reads after it hit there without a lock).
+//! operations are sequentially consistent). An interval the view's slot holds is the
+//! cached form of the interval's bytes when the view was made, so it reads as the
+//! view's space does. Reads from a view do not fill the interval cache, whose slots
+//! are the index's; so where the keyspace fits the cache, a read that finds its
+//! interval neither in the view's slot nor in the cache waits for the lock and caches
+//! it, and the reads after it hit there, rather than reading the view's space.
 //!
 //! What it costs. Making a view copies the sparse index and the FlexTree (at 10M UDB
 //! pairs the two take about half of a 256 MiB budget; a copy took 30–162 ms), under
-//! the upgradable lock, which readers pass; the copy's memory is not in the budget. One
-//! is made only after a read waited with none published, so at most one per commit
-//! unless a relocation retires it. While it lives, the space holds the segments it
-//! frees ([`SpaceView`]).
+//! the upgradable lock, which readers pass; the copy's memory is not in the budget, and
+//! neither are the cached intervals its slots keep in memory after the cache lets them
+//! go (at most the cache's size). One is made only after a read met a write section
+//! with none published, so at most one per commit unless a relocation retires it.
+//! While it lives, the space holds the segments it frees ([`SpaceView`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -66,9 +73,10 @@ pub(crate) struct View {
 #[derive(Debug, Default)]
 pub(crate) struct Views {
     current: Mutex<Option<Arc<View>>>,
-    /// Set by a read that found neither the lock nor a view; cleared when a view is
-    /// made. (Not when one is retired: reads that waited in one commit will wait in
-    /// the next, which may be one slice long and so have no other slice to make one.)
+    /// Set by a read that found neither the lock free nor a view; cleared when a view
+    /// is made. (Not when one is retired: reads that met one commit's write sections
+    /// will meet the next's, which may be one slice long and so have no other slice to
+    /// make one.)
     wanted: AtomicBool,
     /// Commits and relocations begun: what a read from a view may cache.
     begun: AtomicU64,
