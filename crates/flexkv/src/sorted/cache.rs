@@ -159,6 +159,12 @@ impl Slot {
         Slot(RwLock::new(copy))
     }
 
+    /// Holds `l` (or nothing) from now on; returns what it held, for the caller to drop
+    /// after the slot's lock is let go. For a view's copy of a slot (`view.rs`).
+    pub(crate) fn swap(&self, l: Option<Arc<Loaded>>) -> Option<Arc<Loaded>> {
+        std::mem::replace(&mut self.0.write().loaded, l)
+    }
+
     /// What `read` makes of the interval held here, if any (marked recently used),
     /// without taking a reference to it: a point read that copies its record out needs
     /// none, and a reference count is an atomic write to a line the read would

@@ -903,6 +903,7 @@ impl SortedStore {
         // claiming keys it does not hold (see the cache's documentation): a merged
         // interval's entry is replaced before the absorbed one's goes.
         if new.is_empty() {
+            self.views.replace(&iv.key, None);
             if iv.key.is_empty() {
                 self.cache_put(st, &iv.key, Arc::new(new));
             } else if let Some(next) = st.index.next(&iv.key) {
@@ -948,6 +949,7 @@ impl SortedStore {
                         self.counters.merges.fetch_add(1, Ordering::Relaxed);
                         st.space.set_tag(next.offset, 0)?;
                         self.recache(st, &iv.key, new.concat(&other), cached);
+                        self.views.replace(&next.key, None);
                         self.cache.remove(&st.index, &next.key);
                         return Ok(());
                     }
@@ -962,8 +964,12 @@ impl SortedStore {
     /// cache holds no entry for it.
     fn recache(&self, st: &State, key: &[u8], new: Loaded, cached: bool) {
         if cached {
-            self.cache_put(st, key, Arc::new(new));
+            let l = Arc::new(new);
+            let end = st.index.next(key).map(|n| n.key);
+            self.views.replace(key, Some((&l, end.as_deref())));
+            self.cache.put(&st.index, key, end.as_deref(), l);
         } else {
+            self.views.replace(key, None);
             self.cache.remove(&st.index, key);
         }
     }
@@ -979,6 +985,7 @@ impl SortedStore {
         appended: bool,
         cached: bool,
     ) -> Result<()> {
+        self.views.replace(&iv.key, None);
         let n = new.len();
         let pieces = n
             .div_ceil(self.split_pairs)

@@ -1251,6 +1251,7 @@ fn read_key(space: &FlexSpace, dir: &Path, off: u64) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
+    use std::sync::Arc;
 
     use super::{with_scratch, SCRATCH, SCRATCH_MOST};
     use crate::{Db, Durability, WriteBatch};
@@ -1386,5 +1387,56 @@ mod tests {
         });
         assert_eq!(store.counters.cache_hits.load(Ordering::Relaxed), hits + 1);
         assert_eq!(store.counters.view_reads.load(Ordering::Relaxed), 0);
+    }
+
+    /// As the committer changes an interval, the view's copy follows the cache: the
+    /// new form where the interval spans the same keys as in the view, an empty slot
+    /// where it split. Either way the view's slot lets the old form go.
+    #[test]
+    fn a_views_slots_follow_the_intervals_the_committer_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let ks = db.default_keyspace();
+        let key = |i: u32| format!("key{i:06}").into_bytes();
+        let mut b = WriteBatch::new();
+        for i in (0..2_000u32).step_by(2) {
+            b.put(&ks, &key(i), &i.to_le_bytes()).unwrap();
+        }
+        db.write(b).unwrap();
+        db.flush().unwrap();
+        let store = db.store_of(&ks);
+        assert!(store.views.get().is_none());
+        assert!(store.views.offer(&store.state.read()));
+        let view = store.views.get().unwrap();
+        let (at_a, at_b) = (view.index.locate(&key(100)), view.index.locate(&key(1000)));
+        let old_a = view.index.slot_at(at_a).peek().expect("not cached");
+        let old_b = view.index.slot_at(at_b).peek().expect("not cached");
+        // One key of a's interval changes; b's takes 40 more keys and splits.
+        let mut b = WriteBatch::new();
+        b.put(&ks, &key(100), b"new").unwrap();
+        for j in 0..40 {
+            b.put(&ks, format!("key001000a{j:03}").as_bytes(), b"x")
+                .unwrap();
+        }
+        db.write(b).unwrap();
+        db.flush().unwrap();
+        assert!(store.views.get().is_none(), "the commit retired the view");
+        let now_a = view
+            .index
+            .slot_at(at_a)
+            .peek()
+            .expect("a's slot was emptied");
+        assert!(!Arc::ptr_eq(&now_a, &old_a));
+        match super::find_version(&now_a, &key(100)).map(|v| v.value) {
+            Some(crate::memtable::Value::Inline(v)) => assert_eq!(&*v, b"new"),
+            other => panic!("read {other:?}"),
+        }
+        assert!(
+            view.index.slot_at(at_b).peek().is_none(),
+            "a split interval's first piece went into the whole one's slot"
+        );
+        // (The cache's skip list may drop its own references to the old forms later,
+        // so their counts say nothing here.)
+        drop((old_a, old_b));
     }
 }

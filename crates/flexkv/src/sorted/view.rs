@@ -37,7 +37,9 @@
 //! the key began after the put and forgets it after it (the count and the cache's
 //! operations are sequentially consistent). An interval the view's slot holds is the
 //! cached form of the interval's bytes when the view was made, so it reads as the
-//! view's space does. Reads from a view do not fill the interval cache, whose slots
+//! view's space does, or the form the committer cached since in its place
+//! ([`Views::replace`]), which differs from that only in keys of the memtable being
+//! committed. Reads from a view do not fill the interval cache, whose slots
 //! are the index's; so where the keyspace fits the cache, a read that finds its
 //! interval neither in the view's slot nor in the cache waits for the lock and caches
 //! it, and the reads after it hit there, rather than reading the view's space.
@@ -45,8 +47,9 @@
 //! What it costs. Making a view copies the sparse index and the FlexTree (at 10M UDB
 //! pairs the two take about half of a 256 MiB budget; a copy took 30–162 ms), under
 //! the upgradable lock, which readers pass; the copy's memory is not in the budget, and
-//! neither are the cached intervals its slots keep in memory after the cache lets them
-//! go (at most the cache's size). One is made only after a read met a write section
+//! neither are the cached intervals its slots keep in memory after the cache evicts
+//! them (at most the cache's size; the ones the committer replaces or drops, it takes
+//! out of the view's slots too). One is made only after a read met a write section
 //! with none published, so at most one per commit unless a relocation retires it.
 //! While it lives, the space holds the segments it frees ([`SpaceView`]).
 
@@ -56,6 +59,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::index::SparseIndex;
+use super::interval::Loaded;
 use super::store::State;
 use crate::space::SpaceView;
 
@@ -111,6 +115,29 @@ impl Views {
         *self.current.lock() = Some(view);
         self.wanted.store(false, Ordering::Relaxed);
         true
+    }
+
+    /// Keeps the published view's slot for the interval keyed `key` in step with the
+    /// cache as the committer changes that interval (`now`: its new cached form and the
+    /// key after it now, or `None` if it is not cached any more or no longer one
+    /// interval). The new form takes the old one's place where the interval spans the
+    /// same keys as in the view, so it holds every record a read of the view looks
+    /// for there (and differs only in keys of the memtable being committed, which a
+    /// reader found there first); elsewhere the slot is emptied. Either way the view
+    /// does not keep the old form in memory.
+    pub(crate) fn replace(&self, key: &[u8], now: Option<(&Arc<Loaded>, Option<&[u8]>)>) {
+        let Some(view) = self.current.lock().clone() else {
+            return;
+        };
+        let at = view.index.locate(key);
+        if view.index.key_of(at) != key {
+            return;
+        }
+        let new = now
+            .filter(|(_, end)| view.index.next_key_of(at).as_deref() == *end)
+            .map(|(l, _)| Arc::clone(l));
+        let old = view.index.slot_at(at).swap(new);
+        drop(old);
     }
 
     /// Counts a commit or relocation begun; called before it changes any record.
