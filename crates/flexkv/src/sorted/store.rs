@@ -1339,6 +1339,25 @@ mod tests {
         assert_eq!(db.get(&key(8)).unwrap(), Some(vec![b'b'; 100]));
     }
 
+    fn key(i: u32) -> Vec<u8> {
+        format!("key{i:06}").into_bytes()
+    }
+
+    /// A database in a fresh directory whose default keyspace holds [`key`]`(i)` →
+    /// `i` for each `i` of `ids`, committed to the sorted store.
+    fn committed(ids: impl Iterator<Item = u32>) -> (tempfile::TempDir, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let ks = db.default_keyspace();
+        let mut b = WriteBatch::new();
+        for i in ids {
+            b.put(&ks, &key(i), &i.to_le_bytes()).unwrap();
+        }
+        db.write(b).unwrap();
+        db.flush().unwrap();
+        (dir, db)
+    }
+
     /// A point read that meets a write section finds its interval through the view's
     /// copy of the index, cached as it was when the view was made: without the lock,
     /// even once the cache has let the interval go (so the cache's own floor search
@@ -1346,17 +1365,8 @@ mod tests {
     /// read.
     #[test]
     fn a_read_beside_a_write_section_finds_the_interval_the_view_holds() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
-        let ks = db.default_keyspace();
-        let key = |i: u32| format!("key{i:06}").into_bytes();
-        let mut b = WriteBatch::new();
-        for i in 0..2_000u32 {
-            b.put(&ks, &key(i), &i.to_le_bytes()).unwrap();
-        }
-        db.write(b).unwrap();
-        db.flush().unwrap();
-        let store = db.store_of(&ks);
+        let (_dir, db) = committed(0..2_000);
+        let store = db.store_of(&db.default_keyspace());
         // The committer caches what it writes; the read checks it is so.
         assert!(store.fits(&store.state.read()));
         assert_eq!(
@@ -1394,16 +1404,8 @@ mod tests {
     /// where it split. Either way the view's slot lets the old form go.
     #[test]
     fn a_views_slots_follow_the_intervals_the_committer_changes() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
+        let (_dir, db) = committed((0..2_000).step_by(2));
         let ks = db.default_keyspace();
-        let key = |i: u32| format!("key{i:06}").into_bytes();
-        let mut b = WriteBatch::new();
-        for i in (0..2_000u32).step_by(2) {
-            b.put(&ks, &key(i), &i.to_le_bytes()).unwrap();
-        }
-        db.write(b).unwrap();
-        db.flush().unwrap();
         let store = db.store_of(&ks);
         assert!(store.views.get().is_none());
         assert!(store.views.offer(&store.state.read()));
