@@ -903,7 +903,7 @@ impl SortedStore {
         // claiming keys it does not hold (see the cache's documentation): a merged
         // interval's entry is replaced before the absorbed one's goes.
         if new.is_empty() {
-            self.views.replace(&iv.key, None);
+            self.keep_view(st, &iv.key, None);
             if iv.key.is_empty() {
                 self.cache_put(st, &iv.key, Arc::new(new));
             } else if let Some(next) = st.index.next(&iv.key) {
@@ -949,7 +949,7 @@ impl SortedStore {
                         self.counters.merges.fetch_add(1, Ordering::Relaxed);
                         st.space.set_tag(next.offset, 0)?;
                         self.recache(st, &iv.key, new.concat(&other), cached);
-                        self.views.replace(&next.key, None);
+                        self.keep_view(st, &next.key, None);
                         self.cache.remove(&st.index, &next.key);
                         return Ok(());
                     }
@@ -960,16 +960,30 @@ impl SortedStore {
         Ok(())
     }
 
+    /// [`Views::replace`](super::view::Views::replace) where the keyspace fits the
+    /// cache. There a commit replaces nearly every cached interval, and a view that
+    /// kept the old forms held a second copy of the cache (100–190 MiB more at 1M
+    /// pairs). Where it does not fit, a view keeps at most the cache's size of them,
+    /// and the search of the view's index for every changed interval, under the write
+    /// lock, with the emptied slots sending reads to the view's space, ran YCSB A and F
+    /// at 10M UDB pairs about 0.84 times as fast (docs/benchmarks.md, forty-fifth
+    /// session).
+    fn keep_view(&self, st: &State, key: &[u8], now: Option<(&Arc<Loaded>, Option<&[u8]>)>) {
+        if self.fits(st) {
+            self.views.replace(key, now);
+        }
+    }
+
     /// Caches the changed interval keyed `key` if `cached`, or else makes sure the
     /// cache holds no entry for it.
     fn recache(&self, st: &State, key: &[u8], new: Loaded, cached: bool) {
         if cached {
             let l = Arc::new(new);
             let end = st.index.next(key).map(|n| n.key);
-            self.views.replace(key, Some((&l, end.as_deref())));
+            self.keep_view(st, key, Some((&l, end.as_deref())));
             self.cache.put(&st.index, key, end.as_deref(), l);
         } else {
-            self.views.replace(key, None);
+            self.keep_view(st, key, None);
             self.cache.remove(&st.index, key);
         }
     }
@@ -985,7 +999,7 @@ impl SortedStore {
         appended: bool,
         cached: bool,
     ) -> Result<()> {
-        self.views.replace(&iv.key, None);
+        self.keep_view(st, &iv.key, None);
         let n = new.len();
         let pieces = n
             .div_ceil(self.split_pairs)
