@@ -148,8 +148,9 @@ impl Slot {
     /// A view's copy of this slot
     /// ([`SparseIndex::find_copy`](super::index::SparseIndex::find_copy)): the same
     /// interval, if one is held, and the same shortcut. The copy shares the interval
-    /// and keeps it in memory until the committer replaces or drops it
-    /// (`Views::replace`) or the view goes, even if the cache evicts it meanwhile.
+    /// and keeps it in memory until the committer replaces or drops it (where the
+    /// keyspace fits the cache; `Views::replace`) or the view goes, even if the cache
+    /// evicts it meanwhile.
     pub(crate) fn view_copy(&self) -> Slot {
         let held = self.0.read();
         let mut copy = Held {

@@ -37,9 +37,9 @@
 //! the key began after the put and forgets it after it (the count and the cache's
 //! operations are sequentially consistent). An interval the view's slot holds is the
 //! cached form of the interval's bytes when the view was made, so it reads as the
-//! view's space does, or the form the committer cached since in its place
-//! ([`Views::replace`]), which differs from that only in keys of the memtable being
-//! committed. Reads from a view do not fill the interval cache, whose slots
+//! view's space does, or (where the keyspace fits the cache) the form the committer
+//! cached since in its place ([`Views::replace`]), which differs from that only in keys
+//! of the memtable being committed. Reads from a view do not fill the interval cache, whose slots
 //! are the index's; so where the keyspace fits the cache, a read that finds its
 //! interval neither in the view's slot nor in the cache waits for the lock and caches
 //! it, and the reads after it hit there, rather than reading the view's space.
@@ -48,8 +48,9 @@
 //! pairs the two take about half of a 256 MiB budget; a copy took 30–162 ms), under
 //! the upgradable lock, which readers pass; the copy's memory is not in the budget, and
 //! neither are the cached intervals its slots keep in memory after the cache evicts
-//! them (at most the cache's size; the ones the committer replaces or drops, it takes
-//! out of the view's slots too). One is made only after a read met a write section
+//! them (at most the cache's size; where the keyspace fits the cache, the ones the
+//! committer replaces or drops, it takes out of the view's slots too, and elsewhere
+//! those stay as well). One is made only after a read met a write section
 //! with none published, so at most one per commit unless a relocation retires it.
 //! While it lives, the space holds the segments it frees ([`SpaceView`]).
 
