@@ -375,10 +375,7 @@ impl SortedStore {
             return Ok(find_version(&l, key));
         }
         if let (Some(view), Some((at, shortcut))) = (view, missed) {
-            let fits = self
-                .cache
-                .would_hold(view.space.len(), view.index.len(), self.split_pairs);
-            if !fits {
+            if !self.would_fit(view.space.len(), view.index.len()) {
                 if let Some(found) = read_in_view(&view, at, shortcut, key) {
                     self.counters.view_reads.fetch_add(1, Ordering::Relaxed);
                     if let Some(v) = &found {
@@ -678,8 +675,12 @@ impl SortedStore {
     /// Whether the whole keyspace would fit in the cache
     /// ([`IntervalCache::would_hold`]).
     pub(crate) fn fits(&self, st: &State) -> bool {
-        self.cache
-            .would_hold(st.space.len(), st.index.len(), self.split_pairs)
+        self.would_fit(st.space.len(), st.index.len())
+    }
+
+    /// Whether a keyspace of `bytes` in `intervals` intervals would fit in the cache.
+    fn would_fit(&self, bytes: u64, intervals: usize) -> bool {
+        self.cache.would_hold(bytes, intervals, self.split_pairs)
     }
 
     /// Caches `l` as the interval keyed `key`, ending where the index says it ends.
