@@ -121,6 +121,46 @@ fn a_memtable_taking_a_trickle_after_a_burst_is_committed() {
     }
 }
 
+/// A memtable still taking writes, which the idle rule leaves alone, is committed once
+/// scans have searched it four times per version it holds; without the scans it stays.
+/// Writes at a steady rate count as a trickle only once the memtable holds 64 idle
+/// times' worth (12.8 s here), so the commit must come well before that.
+#[test]
+fn a_memtable_scans_keep_searching_is_committed_under_writes() {
+    let vfs = FaultVfs::new(13);
+    let db = open_committing_when_idle(&vfs, Duration::from_millis(200));
+    let ks = db.default_keyspace();
+    let mut i = 0u32;
+    let mut write = || {
+        ks.put_with(&i.to_be_bytes(), b"v", Durability::Buffered)
+            .unwrap();
+        i += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_millis(1000) {
+        write();
+    }
+    assert_eq!(db.stats().commits, 0, "{:?}", db.stats());
+    while db.stats().commits == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "not committed under scans: {:?}",
+            db.stats()
+        );
+        write();
+        for _ in 0..50 {
+            assert!(ks.iter().next().is_some());
+        }
+    }
+    let s = db.stats();
+    assert!(s.pairs_committed >= 100, "{s:?}");
+    assert_eq!(ks.iter().count(), i as usize);
+    for j in [0, 99, i - 1] {
+        assert!(ks.get(&j.to_be_bytes()).unwrap().is_some(), "key {j}");
+    }
+}
+
 fn all(it: flexkv::Iter) -> Vec<(Vec<u8>, Vec<u8>)> {
     it.map(|r| r.unwrap()).collect()
 }

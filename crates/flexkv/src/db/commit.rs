@@ -94,6 +94,13 @@ impl Tables {
 /// would take 64 idle times to double; a memtable taking writes faster is not idle.
 const TRICKLE: usize = 64;
 
+/// An active memtable older than the idle time whose iterators have searched it at
+/// least this many times per version it holds is committed: a scan pays a search of
+/// every memtable (O(log n) cache misses each), where committing costs about one
+/// interval rewrite per version, so scans that keep coming while writes trickle (YCSB
+/// E) would pay for a large memtable far more than its commit would.
+const SEARCHES_PER_VERSION: u64 = 4;
+
 /// The active memtable as the committer last looked at it: when it was born, and how
 /// many bytes it held when it was last seen growing faster than a trickle
 /// ([`TRICKLE`]), and since when it has grown no faster.
@@ -116,6 +123,13 @@ impl Quiet {
             }
         }
     }
+}
+
+/// Whether iterators have searched `table` [`SEARCHES_PER_VERSION`] times per version it
+/// holds.
+fn searched_out(table: &Memtable) -> bool {
+    let versions = u64::try_from(table.len()).unwrap_or(u64::MAX);
+    table.searches() >= versions.saturating_mul(SEARCHES_PER_VERSION)
 }
 
 /// What wakes the committer, and writers waiting for room.
@@ -331,6 +345,9 @@ impl Inner {
         if !idle.is_zero() {
             let quiet_for = quiet.quiet_for((t.born, t.active.approximate_bytes()));
             due = due.min(idle.saturating_sub(quiet_for));
+            if searched_out(&t.active) {
+                due = due.min(idle.saturating_sub(age));
+            }
         }
         (!due.is_zero()).then_some(due)
     }

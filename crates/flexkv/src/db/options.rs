@@ -264,7 +264,11 @@ impl Builder {
     /// 250 ms; zero turns this off): after a load, reads stop merging a large memtable
     /// with the sorted keyspace soon after writes stop or slow to a trickle, and a
     /// crash has less WAL to replay. It costs nothing extra on disk: the pairs are
-    /// written to the keyspace once either way.
+    /// written to the keyspace once either way. A memtable older than this that
+    /// iterators have searched at least four times per version it holds is committed
+    /// too, however fast it takes writes: each scan searches every memtable, so scans
+    /// that keep coming pay more for a memtable than its commit costs. That one may
+    /// write more: an interval that two smaller commits touch is written twice.
     pub fn idle_commit(mut self, after: std::time::Duration) -> Self {
         self.opts.idle_commit = after;
         self

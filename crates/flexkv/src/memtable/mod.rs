@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -121,6 +121,10 @@ pub(crate) struct Memtable {
     /// Bytes of the entries' nodes (what the arena handed out for them).
     bytes: AtomicUsize,
     separated: std::sync::atomic::AtomicBool,
+    /// Ordered searches iterators have made here that found an entry
+    /// ([`Memtable::next_run_at`], [`Memtable::prev_at`]): what the memtable has cost
+    /// scans, which the committer weighs against what committing it would cost.
+    searches: AtomicU64,
 }
 
 impl Default for Memtable {
@@ -147,6 +151,7 @@ impl Memtable {
             list: List::new(pool, bytes),
             bytes: AtomicUsize::new(0),
             separated: Default::default(),
+            searches: AtomicU64::new(0),
         }
     }
 
@@ -233,6 +238,20 @@ impl Memtable {
     /// The number of versions held.
     pub(crate) fn len(&self) -> usize {
         self.list.len()
+    }
+
+    /// How many ordered searches iterators have made here that found an entry.
+    pub(crate) fn searches(&self) -> u64 {
+        self.searches.load(AtomicOrdering::Relaxed)
+    }
+
+    /// Counts a search that `found` an entry (of any keyspace). One that found none
+    /// is not counted: an empty memtable answers every search so, at no cost to the
+    /// scan, and those searches must not count against it once writes fill it.
+    fn count_search(&self, found: bool) {
+        if found {
+            self.searches.fetch_add(1, AtomicOrdering::Relaxed);
+        }
     }
 
     /// Every separated value's `(keyspace, key, pointer)`, all versions, for `check`.
@@ -347,6 +366,7 @@ impl Memtable {
             Bound::Excluded(k) => self.list.seek(ks, k, 0, false),
             Bound::Unbounded => self.list.seek(ks, &[], u64::MAX, true),
         };
+        self.count_search(e.is_some());
         let mut passed = 0;
         while let Some(entry) = e {
             if entry.ks() != ks {
@@ -395,6 +415,7 @@ impl Memtable {
             Bound::Excluded(k) => self.list.seek_back(ks, k, u64::MAX, false),
             Bound::Unbounded => self.list.seek_back(ks + 1, &[], u64::MAX, false),
         };
+        self.count_search(e.is_some());
         loop {
             let entry = e?;
             if entry.ks() != ks {
@@ -512,6 +533,23 @@ mod tests {
             (b"z".to_vec(), inline(b"z2")),
         ];
         assert_eq!(got, want);
+    }
+
+    /// Ordered searches are counted once they find an entry: those of an empty
+    /// memtable, and those past its last entry, are not.
+    #[test]
+    fn searches_that_find_an_entry_are_counted() {
+        let m = Memtable::default();
+        let mut out = VecDeque::new();
+        assert!(!m.next_run_at(0, Bound::Unbounded, 5, 4, &mut out));
+        assert_eq!(m.prev_at(0, Bound::Unbounded, 5), None);
+        assert_eq!(m.searches(), 0);
+        m.insert(0, b"k", 1, inline(b"v"));
+        assert!(!m.next_run_at(0, Bound::Unbounded, 5, 4, &mut out));
+        assert!(m.prev_at(0, Bound::Unbounded, 5).is_some());
+        assert_eq!(m.searches(), 2);
+        assert!(!m.next_run_at(0, Bound::Excluded(b"k"), 5, 4, &mut out));
+        assert_eq!(m.searches(), 2);
     }
 
     /// A batch's operations go in sorted, a key it writes twice keeps its later
