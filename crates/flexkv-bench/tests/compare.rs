@@ -30,6 +30,7 @@ fn spec(threads: usize) -> Spec {
             write_buffer_bytes: 4 << 20,
         },
         seed: 7,
+        counters: true,
     }
 }
 
@@ -70,6 +71,8 @@ fn every_workload_runs_and_is_measured() {
             assert!(p.ops > 0 && p.ops_per_sec > 0.0, "{p:?}");
             assert!(p.p50_us > 0.0 && p.p50_us <= p.p99_us && p.p99_us <= p.p999_us);
             assert!(p.peak_rss_mib > 1.0, "{p:?}");
+            let counters = p.counters.as_deref().unwrap_or_default();
+            assert!(counters.starts_with("Stats { user_bytes: "), "{p:?}");
             // The executable's own pages are file pages, and part of the resident set.
             assert!(
                 p.file_rss_mib > 0.0 && p.file_rss_mib <= p.peak_rss_mib,
@@ -113,6 +116,7 @@ fn compare_runs_each_engine_in_a_child_and_writes_its_outputs() {
             "16+100,zippydb",
             "--workloads",
             "fillrandom,readrandom,ycsb-a",
+            "--counters",
         ])
         .arg("--dir")
         .arg(dir.path())
@@ -131,6 +135,10 @@ fn compare_runs_each_engine_in_a_child_and_writes_its_outputs() {
         "{stdout}"
     );
     assert!(stdout.contains("- flexkv: Buffered batches"), "{stdout}");
+    // `--counters`: the engine's counters after every phase of both runs.
+    let stderr = String::from_utf8(status.stderr).unwrap();
+    let counted = stderr.matches("counters: Stats {").count();
+    assert_eq!(counted, 8, "{stderr}");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap();
     let runs = json["runs"].as_array().unwrap();
@@ -144,6 +152,10 @@ fn compare_runs_each_engine_in_a_child_and_writes_its_outputs() {
             .map(|p| p["workload"].as_str().unwrap())
             .collect();
         assert_eq!(names, ["fillrandom", "readrandom", "ycsb-load", "ycsb-a"]);
+        for p in run["phases"].as_array().unwrap() {
+            let counters = p["counters"].as_str().unwrap();
+            assert!(counters.contains("pairs_committed: "), "{counters}");
+        }
     }
     assert!(std::fs::read_to_string(out.join("compare.svg"))
         .unwrap()

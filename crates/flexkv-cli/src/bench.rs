@@ -98,6 +98,7 @@ pub fn run(args: &BenchArgs) -> CliResult {
         workloads: Workload::parse_list(&args.workloads)?,
         config,
         seed: 42,
+        counters: false,
     };
     spec.validate()?;
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);

@@ -88,6 +88,10 @@ pub struct Args {
     /// Where `compare.json`, `compare.md` and `compare.svg` are written.
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
+    /// After each phase, read the engine's own counters (flexkv's `Db::stats`),
+    /// untimed, and print them on stderr and in `compare.json`.
+    #[arg(long)]
+    pub counters: bool,
 }
 
 /// Options of the hidden `compare-child` command: one engine, one spec.
@@ -104,7 +108,8 @@ pub struct ChildArgs {
     pub dir: PathBuf,
 }
 
-/// Progress as one line on stderr per phase.
+/// Progress as one line on stderr per phase (and one of the engine's counters, if
+/// the phase read them).
 pub struct LineProgress {
     /// Printed before each line.
     pub prefix: String,
@@ -126,6 +131,9 @@ impl Progress for LineProgress {
             r.peak_rss_mib,
             r.file_rss_mib
         );
+        if let Some(c) = &r.counters {
+            eprintln!("{}   counters: {c}", self.prefix);
+        }
     }
 }
 
@@ -257,6 +265,7 @@ pub fn run(args: &Args) {
                     workloads: workloads.clone(),
                     config,
                     seed: args.seed,
+                    counters: args.counters,
                 };
                 spec.validate().unwrap_or_else(|e| fail(e));
                 eprintln!("{key_len}+{value_len} bytes, {t} threads, {n} pairs:");

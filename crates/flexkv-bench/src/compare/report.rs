@@ -337,6 +337,7 @@ mod tests {
             peak_rss_mib: 50.0,
             file_rss_mib: 20.0,
             found: 1000,
+            counters: None,
         }
     }
 

@@ -170,6 +170,9 @@ pub struct Spec {
     pub config: EngineConfig,
     /// Seed of every random choice.
     pub seed: u64,
+    /// Read the engine's own counters after each phase (untimed).
+    #[serde(default)]
+    pub counters: bool,
 }
 
 impl Spec {
@@ -227,6 +230,10 @@ pub struct PhaseResult {
     pub file_rss_mib: f64,
     /// Reads that found their key (a check on the harness and the engine).
     pub found: u64,
+    /// The engine's own counters after the phase ([`Engine::counters`]), if the
+    /// spec asked for them and the engine has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<String>,
 }
 
 /// Told of a run's progress (a progress bar, or lines on stderr).
@@ -438,6 +445,7 @@ impl Runner<'_> {
             peak_rss_mib: probe::peak_rss_kib() as f64 / 1024.0,
             file_rss_mib: probe::file_rss_kib() as f64 / 1024.0,
             found: tally.found,
+            counters: self.spec.counters.then(|| engine.counters()).flatten(),
         };
         self.progress.finish(&result);
         Ok((tally, result))

@@ -57,6 +57,10 @@ impl Engine for Flexkv {
         self.db.sync().map_err(text)
     }
 
+    fn counters(&self) -> Option<String> {
+        Some(format!("{:?}", self.db.stats()))
+    }
+
     fn close(self: Box<Self>) -> EngineResult {
         let Flexkv { db, ks } = *self;
         drop(ks);

@@ -43,6 +43,11 @@ pub trait Engine: Send + Sync {
     fn sync(&self) -> EngineResult;
     /// Closes the engine cleanly.
     fn close(self: Box<Self>) -> EngineResult;
+    /// The engine's own counters, as text, if it keeps any the harness knows how to
+    /// read (read after each phase, untimed).
+    fn counters(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The same settings for every engine.
