@@ -170,6 +170,53 @@ fn compare_runs_each_engine_in_a_child_and_writes_its_outputs() {
     assert_eq!(leftovers, ["out"], "data directories removed");
 }
 
+/// `--repeat 3` runs each engine three times and reports each phase's median run, with
+/// every run's ops/s in the JSON; `--repeat 0` is refused.
+#[test]
+fn compare_repeats_runs_and_reports_medians() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let run = |repeat: &str| {
+        Command::new(env!("CARGO_BIN_EXE_flexkv-bench"))
+            .args(["compare", "--engines", "flexkv", "--pairs", "1000", "--ops"])
+            .args([
+                "100",
+                "--workloads",
+                "fillrandom,seekrandom",
+                "--repeat",
+                repeat,
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    let o = run("3");
+    assert!(o.status.success(), "{o:?}");
+    let stderr = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(stderr.matches("flexkv   fillrandom").count(), 3, "{stderr}");
+    assert!(String::from_utf8(o.stdout)
+        .unwrap()
+        .contains("Each engine ran 3 times"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "one run per engine and setting");
+    for p in runs[0]["phases"].as_array().unwrap() {
+        let mut rates: Vec<f64> = (p["runs_ops_per_sec"].as_array().unwrap().iter())
+            .map(|r| r.as_f64().unwrap())
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        assert_eq!(rates.len(), 3, "{p}");
+        assert_eq!(p["ops_per_sec"].as_f64().unwrap(), rates[1], "{p}");
+    }
+    let o = run("0");
+    assert!(!o.status.success());
+    assert!(String::from_utf8(o.stderr).unwrap().contains("--repeat"));
+}
+
 #[test]
 fn compare_refuses_engines_it_was_not_built_with() {
     if cfg!(feature = "rocksdb") {

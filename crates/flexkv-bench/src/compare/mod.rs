@@ -88,6 +88,10 @@ pub struct Args {
     /// Where `compare.json`, `compare.md` and `compare.svg` are written.
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
+    /// Runs of each engine per setting, the engines' order rotating from one round to
+    /// the next; each phase reports the run with the median ops/s.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
     /// After each phase, read the engine's own counters (flexkv's `Db::stats`),
     /// untimed, and print them on stderr and in `compare.json`.
     #[arg(long)]
@@ -231,6 +235,9 @@ pub fn run(args: &Args) {
     if let Err(e) = engines.iter().try_for_each(|k| k.require()) {
         fail(e);
     }
+    if args.repeat == 0 {
+        fail("--repeat: at least 1");
+    }
     let sizes = parse_list(&args.sizes, parse_sizes).unwrap_or_else(|e| fail(e));
     let threads = parse_list(&args.threads, |s| {
         s.parse::<usize>().map_err(|e| e.to_string())
@@ -269,13 +276,21 @@ pub fn run(args: &Args) {
                 };
                 spec.validate().unwrap_or_else(|e| fail(e));
                 eprintln!("{key_len}+{value_len} bytes, {t} threads, {n} pairs:");
-                for &kind in &engines {
-                    let run = run_child(kind, &spec, &base);
-                    if let Some(e) = &run.error {
-                        eprintln!("  {:<8} stopped: {e}", kind.name());
+                let mut runs: Vec<Vec<EngineRun>> = vec![Vec::new(); engines.len()];
+                for round in 0..args.repeat {
+                    if args.repeat > 1 {
+                        eprintln!(" round {} of {}:", round + 1, args.repeat);
                     }
-                    report.runs.push(run);
+                    for i in 0..engines.len() {
+                        let e = (i + round) % engines.len();
+                        let run = run_child(engines[e], &spec, &base);
+                        if let Some(err) = &run.error {
+                            eprintln!("  {:<8} stopped: {err}", engines[e].name());
+                        }
+                        runs[e].push(run);
+                    }
                 }
+                report.runs.extend(runs.into_iter().map(report::median_run));
             }
         }
     }

@@ -106,6 +106,32 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "–".to_string(), |v| format!("{v:.digits$}"))
 }
 
+/// One engine's repeated runs of the same spec as one run: each phase is the one with
+/// the median ops/s among the runs (the lower of the two middle ones for an even
+/// count), with every run's ops/s in `runs_ops_per_sec`. A run that stopped early is
+/// returned as it is, so its error is reported. `runs` must not be empty.
+pub fn median_run(mut runs: Vec<EngineRun>) -> EngineRun {
+    if let Some(i) = runs.iter().position(|r| r.error.is_some()) {
+        return runs.swap_remove(i);
+    }
+    if runs.len() == 1 {
+        return runs.swap_remove(0);
+    }
+    let mut out = runs[0].clone();
+    for phase in &mut out.phases {
+        let mut all: Vec<&PhaseResult> = (runs.iter())
+            .filter_map(|r| r.phases.iter().find(|p| p.workload == phase.workload))
+            .collect();
+        let rates: Vec<f64> = all.iter().map(|p| p.ops_per_sec).collect();
+        all.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+        *phase = PhaseResult {
+            runs_ops_per_sec: rates,
+            ..all[(all.len() - 1) / 2].clone()
+        };
+    }
+    out
+}
+
 fn heading(s: &Setting) -> String {
     let (k, v, t, n) = *s;
     format!(
@@ -122,6 +148,18 @@ pub fn markdown(report: &Report) -> String {
     for (setting, runs) in group(&report.runs) {
         let names = workloads(&runs);
         let _ = writeln!(out, "### {}\n", heading(&setting));
+        let repeats = (runs.iter().flat_map(|r| &r.phases))
+            .map(|p| p.runs_ops_per_sec.len())
+            .max()
+            .unwrap_or(0);
+        if repeats > 1 {
+            let _ = writeln!(
+                out,
+                "Each engine ran {repeats} times, the engines' order rotating; every figure \
+                 is from the run with the median ops/s of its phase (compare.json has every \
+                 run's ops/s).\n"
+            );
+        }
         let _ = write!(out, "| workload |");
         for r in &runs {
             let _ = write!(out, " {} ops/s |", r.engine);
@@ -338,6 +376,7 @@ mod tests {
             file_rss_mib: 20.0,
             found: 1000,
             counters: None,
+            runs_ops_per_sec: Vec::new(),
         }
     }
 
@@ -353,6 +392,52 @@ mod tests {
             phases,
             error: None,
         }
+    }
+
+    /// Repeated runs become one: each phase is the run with the median ops/s, whole
+    /// (its other figures too), with every run's ops/s kept in run order; of two, the
+    /// slower; a run that stopped early is the one reported.
+    #[test]
+    fn repeated_runs_report_each_phases_median_run() {
+        let with_p50 = |w: &str, rate: f64, p50: f64| PhaseResult {
+            p50_us: p50,
+            ..phase(w, rate)
+        };
+        let runs = vec![
+            run(
+                "flexkv",
+                vec![with_p50("a", 10.0, 1.0), with_p50("b", 7.0, 1.0)],
+            ),
+            run(
+                "flexkv",
+                vec![with_p50("a", 30.0, 3.0), with_p50("b", 5.0, 3.0)],
+            ),
+            run(
+                "flexkv",
+                vec![with_p50("a", 20.0, 2.0), with_p50("b", 6.0, 2.0)],
+            ),
+        ];
+        let m = median_run(runs.clone());
+        let got: Vec<_> = (m.phases.iter())
+            .map(|p| (p.ops_per_sec, p.p50_us, p.runs_ops_per_sec.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (20.0, 2.0, vec![10.0, 30.0, 20.0]),
+                (6.0, 2.0, vec![7.0, 5.0, 6.0])
+            ]
+        );
+        let two = median_run(runs[..2].to_vec());
+        assert_eq!(
+            (two.phases[0].ops_per_sec, two.phases[1].ops_per_sec),
+            (10.0, 5.0)
+        );
+        let one = median_run(runs[..1].to_vec());
+        assert!(one.phases[0].runs_ops_per_sec.is_empty());
+        let mut failed = runs;
+        failed[1].error = Some("disk full".into());
+        assert_eq!(median_run(failed).error.as_deref(), Some("disk full"));
     }
 
     fn report() -> Report {

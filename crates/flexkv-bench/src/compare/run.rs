@@ -234,6 +234,11 @@ pub struct PhaseResult {
     /// spec asked for them and the engine has any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<String>,
+    /// With `compare --repeat`, the ops/s of every run of this phase in run order;
+    /// the other fields are those of the run with the median ops/s
+    /// ([`median_run`](super::report::median_run)).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs_ops_per_sec: Vec<f64>,
 }
 
 /// Told of a run's progress (a progress bar, or lines on stderr).
@@ -446,6 +451,7 @@ impl Runner<'_> {
             file_rss_mib: probe::file_rss_kib() as f64 / 1024.0,
             found: tally.found,
             counters: self.spec.counters.then(|| engine.counters()).flatten(),
+            runs_ops_per_sec: Vec::new(),
         };
         self.progress.finish(&result);
         Ok((tally, result))
