@@ -9,6 +9,7 @@
 //!   collapse-range that the flexible address space is built on.
 #![deny(unsafe_code)]
 
+mod checksum;
 mod db;
 mod error;
 pub mod flextree;

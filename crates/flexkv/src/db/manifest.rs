@@ -105,7 +105,7 @@ impl Manifest {
         push_u32(&mut out, VERSION);
         push_u32(&mut out, body.len() as u32);
         out.extend_from_slice(&body);
-        let crc = crc32c::crc32c(&out);
+        let crc = crate::checksum::crc32c(&out);
         push_u32(&mut out, crc);
         out
     }
@@ -129,7 +129,7 @@ impl Manifest {
         if b.len() != 16 + body_len + 4 {
             return Err(bad(12, "manifest length does not match its header"));
         }
-        if crc32c::crc32c(&b[..16 + body_len]) != get_u32(b, 16 + body_len) {
+        if crate::checksum::crc32c(&b[..16 + body_len]) != get_u32(b, 16 + body_len) {
             return Err(bad(0, "manifest checksum mismatch"));
         }
         let body = &b[16..16 + body_len];
@@ -283,7 +283,7 @@ mod tests {
             push_u32(&mut framed, VERSION);
             push_u32(&mut framed, tail.len() as u32);
             framed.extend_from_slice(&tail);
-            let crc = crc32c::crc32c(&framed);
+            let crc = crate::checksum::crc32c(&framed);
             push_u32(&mut framed, crc);
             let _ = Manifest::decode(Path::new("/m"), &framed);
         }

@@ -182,7 +182,7 @@ not_content!(Next);
 
 /// The key fingerprint of FlexDB's interval cache.
 pub(crate) fn fingerprint(key: &[u8]) -> u16 {
-    let h = crc32c::crc32c(key);
+    let h = crate::checksum::crc32c(key);
     (h ^ (h >> 16)) as u16
 }
 

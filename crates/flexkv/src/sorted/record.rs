@@ -69,7 +69,7 @@ impl Record<'_> {
         if let Some(p) = self.prior {
             p.encode(out);
         }
-        let crc = crc32c::crc32c(&out[start..]);
+        let crc = crate::checksum::crc32c(&out[start..]);
         push_u32(out, crc);
         out.len() - start
     }
@@ -97,7 +97,7 @@ impl Record<'_> {
             .ok_or("record length overflows")?;
         let total = end.checked_add(4).ok_or("record length overflows")?;
         let whole = buf.get(..total).ok_or("record cut short")?;
-        if crc32c::crc32c(&whole[..end]) != get_u32(whole, end) {
+        if crate::checksum::crc32c(&whole[..end]) != get_u32(whole, end) {
             return Err("record checksum mismatch");
         }
         let key = &whole[at..at + key_len];

@@ -81,6 +81,6 @@ impl CrcTable {
 pub(crate) fn sum(bytes: &[u8]) -> BlockSum {
     BlockSum {
         fill: bytes.len() as u32,
-        crc: crc32c::crc32c(bytes),
+        crc: crate::checksum::crc32c(bytes),
     }
 }

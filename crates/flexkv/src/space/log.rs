@@ -131,7 +131,7 @@ fn header(epoch: u64) -> Vec<u8> {
     h[..8].copy_from_slice(MAGIC);
     h[8..12].copy_from_slice(&VERSION.to_le_bytes());
     put(&mut h, 16, epoch);
-    let crc = crc32c::crc32c(&h[..24]);
+    let crc = crate::checksum::crc32c(&h[..24]);
     h[24..28].copy_from_slice(&crc.to_le_bytes());
     h
 }
@@ -163,7 +163,7 @@ pub(crate) fn read(file: &dyn VfsFile) -> Result<LogContents> {
     }
     let mut h = vec![0u8; BLOCK];
     file.read_exact_at(&mut h, 0)?;
-    if &h[..8] != MAGIC || crc32c::crc32c(&h[..24]) != get32(&h, 24) {
+    if &h[..8] != MAGIC || crate::checksum::crc32c(&h[..24]) != get32(&h, 24) {
         return Ok(empty);
     }
     let version = get32(&h, 8);
@@ -184,7 +184,7 @@ pub(crate) fn read(file: &dyn VfsFile) -> Result<LogContents> {
         file.read_exact_at(&mut block, n * BLOCK as u64)?;
         let word = get32(&block, 4);
         let count = (word & !CONTINUED) as usize;
-        let valid = crc32c::crc32c(&block[4..]) == get32(&block, 0)
+        let valid = crate::checksum::crc32c(&block[4..]) == get32(&block, 0)
             && get(&block, 8) == n
             && count <= ENTRIES_PER_BLOCK;
         if !valid {
@@ -300,7 +300,7 @@ impl LogWriter {
                 let at = BLOCK_HEAD + j * ENTRY_SIZE;
                 op.encode(&mut block[at..at + ENTRY_SIZE]);
             }
-            let crc = crc32c::crc32c(&block[4..]);
+            let crc = crate::checksum::crc32c(&block[4..]);
             block[..4].copy_from_slice(&crc.to_le_bytes());
             if buf.len() == WRITE_BLOCKS * BLOCK || i + 1 == blocks {
                 file.write_at(&buf, first * BLOCK as u64)?;
@@ -553,7 +553,7 @@ mod tests {
         let f = open(&vfs);
         let mut h = header(1);
         h[8..12].copy_from_slice(&(VERSION + 1).to_le_bytes());
-        let crc = crc32c::crc32c(&h[..24]);
+        let crc = crate::checksum::crc32c(&h[..24]);
         h[24..28].copy_from_slice(&crc.to_le_bytes());
         f.write_at(&h, 0).unwrap();
         assert!(matches!(
@@ -573,7 +573,7 @@ mod tests {
         }
         let mut h = header(4);
         h[8..12].copy_from_slice(&1u32.to_le_bytes());
-        let crc = crc32c::crc32c(&h[..24]);
+        let crc = crate::checksum::crc32c(&h[..24]);
         h[24..28].copy_from_slice(&crc.to_le_bytes());
         f.write_at(&h, 0).unwrap();
         let back = read(&*f).unwrap();

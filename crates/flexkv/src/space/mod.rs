@@ -1038,7 +1038,7 @@ impl FlexSpace {
                 last.block = None;
                 last.bytes.resize(sum.fill as usize, 0);
                 read_or_corrupt(&*self.data, &mut last.bytes, start)?;
-                if crc32c::crc32c(&last.bytes) != sum.crc {
+                if crate::checksum::crc32c(&last.bytes) != sum.crc {
                     return Err(Error::corruption(
                         self.data.path(),
                         start,

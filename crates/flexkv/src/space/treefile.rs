@@ -73,14 +73,14 @@ impl Header {
         for (i, &p) in self.directory.iter().enumerate() {
             put(&mut h, DIRECTORY_AT + 8 * i, p);
         }
-        let crc = crc32c::crc32c(&h[..PAGE - 4]);
+        let crc = crate::checksum::crc32c(&h[..PAGE - 4]);
         put32(&mut h, PAGE - 4, crc);
         h
     }
 
     /// `Ok(None)` for a slot that holds no valid header (never written, or torn).
     fn decode(h: &[u8], file: &dyn VfsFile, at: u64) -> Result<Option<Header>> {
-        if &h[..8] != MAGIC || crc32c::crc32c(&h[..PAGE - 4]) != get32(h, PAGE - 4) {
+        if &h[..8] != MAGIC || crate::checksum::crc32c(&h[..PAGE - 4]) != get32(h, PAGE - 4) {
             return Ok(None);
         }
         let version = get32(h, 8);
@@ -142,13 +142,13 @@ fn encode_node(image: &NodeImage, seq: u64) -> Vec<u8> {
             }
         }
     }
-    let crc = crc32c::crc32c(&p[4..]);
+    let crc = crate::checksum::crc32c(&p[4..]);
     put32(&mut p, 0, crc);
     p
 }
 
 fn decode_node(p: &[u8], file: &dyn VfsFile, at: u64) -> Result<NodeImage> {
-    if crc32c::crc32c(&p[4..]) != get32(p, 0) {
+    if crate::checksum::crc32c(&p[4..]) != get32(p, 0) {
         return Err(Error::corruption(
             file.path(),
             at,
@@ -198,14 +198,14 @@ fn encode_words(kind: u8, words: &[u64], seq: u64) -> Vec<u8> {
     for (i, &w) in words.iter().enumerate() {
         put(&mut p, NODE_HEAD + 8 * i, w);
     }
-    let crc = crc32c::crc32c(&p[4..]);
+    let crc = crate::checksum::crc32c(&p[4..]);
     put32(&mut p, 0, crc);
     p
 }
 
 fn decode_words(p: &[u8], kind: u8, file: &dyn VfsFile, at: u64) -> Result<Vec<u64>> {
     let count = get32(p, 8) as usize;
-    if crc32c::crc32c(&p[4..]) != get32(p, 0) || p[4] != kind || count > PER_DIRECTORY {
+    if crate::checksum::crc32c(&p[4..]) != get32(p, 0) || p[4] != kind || count > PER_DIRECTORY {
         return Err(Error::corruption(
             file.path(),
             at,

@@ -20,11 +20,13 @@ const STEP: usize = 3072;
 /// ...each hint this far ahead of it.
 const AHEAD: usize = 4096;
 
-/// `crc32c::crc32c_append(crc, bytes)`, with the bytes ahead asked for from memory
+/// [`crate::checksum::crc32c_append`], with the bytes ahead asked for from memory
 /// while the checksum works (for values of a few KiB and more).
 pub(crate) fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
     let mut crc = crc;
-    in_steps(bytes, |step| crc = crc32c::crc32c_append(crc, step));
+    in_steps(bytes, |step| {
+        crc = crate::checksum::crc32c_append(crc, step)
+    });
     crc
 }
 
@@ -70,7 +72,7 @@ mod tests {
                 assert_eq!(to_vec(b), b, "{len} bytes");
                 assert_eq!(
                     crc32c_append(init, b),
-                    crc32c::crc32c_append(init, b),
+                    crate::checksum::crc32c_append(init, b),
                     "{len} bytes from {init:#x}"
                 );
             }

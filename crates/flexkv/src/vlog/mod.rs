@@ -739,7 +739,7 @@ impl ValueLog {
                 return Err(bad("value-log record runs past the segment end"));
             }
             let payload = &data[at + HEADER_LEN..end as usize];
-            if crc32c::crc32c(payload) != h.payload_crc {
+            if crate::checksum::crc32c(payload) != h.payload_crc {
                 return Err(bad("value-log record payload checksum mismatch"));
             }
             let (key, value) = payload.split_at(h.key_len as usize);
@@ -875,7 +875,7 @@ fn read_record(
     let (head, payload) = rec.split_at(HEADER_LEN + key.len());
     let stored_key = &head[HEADER_LEN..];
     let value = cold::to_vec(payload);
-    let payload_crc = crc32c::crc32c_append(crc32c::crc32c(stored_key), &value);
+    let payload_crc = crate::checksum::crc32c_append(crate::checksum::crc32c(stored_key), &value);
     check_record(head, payload_crc, stored_key, file.path(), ptr, ks, key)?;
     Ok(value)
 }
@@ -924,7 +924,7 @@ fn read_direct(file: &dyn VfsFile, ptr: &Pointer, ks: KeyspaceId, key: &[u8]) ->
         ));
     }
     let stored_key = &head[HEADER_LEN..];
-    let payload_crc = crc32c::crc32c_append(crc32c::crc32c(stored_key), &value);
+    let payload_crc = crate::checksum::crc32c_append(crate::checksum::crc32c(stored_key), &value);
     check_record(&head, payload_crc, stored_key, file.path(), ptr, ks, key)?;
     Ok(value)
 }
@@ -996,7 +996,7 @@ fn scan(file: &dyn VfsFile, len: u64) -> Result<(u64, u64)> {
         }
         payload.resize(h.key_len as usize + h.value_len as usize, 0);
         file.read_exact_at(&mut payload, at + HEADER_LEN as u64)?;
-        if crc32c::crc32c(&payload) != h.payload_crc {
+        if crate::checksum::crc32c(&payload) != h.payload_crc {
             break;
         }
         at += h.record_len();

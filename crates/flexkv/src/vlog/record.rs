@@ -70,7 +70,7 @@ impl Header {
     /// Decodes and checks a header; `Err` says why the bytes are not one.
     pub(crate) fn decode(b: &[u8]) -> Result<Header, &'static str> {
         let b = b.get(..HEADER_LEN).ok_or("truncated record header")?;
-        if crc32c::crc32c(&b[4..]) != get_u32(b, 0) {
+        if crate::checksum::crc32c(&b[4..]) != get_u32(b, 0) {
             return Err("record header checksum mismatch");
         }
         Ok(Header {
@@ -102,7 +102,7 @@ pub(crate) fn encode_head(
     seq: u64,
     value: &[u8],
 ) -> u32 {
-    let payload_crc = crc32c::crc32c_append(crc32c::crc32c(key), value);
+    let payload_crc = crate::checksum::crc32c_append(crate::checksum::crc32c(key), value);
     let start = out.len();
     push_u32(out, 0);
     push_u32(out, len_u32(key.len()));
@@ -110,7 +110,7 @@ pub(crate) fn encode_head(
     push_u64(out, seq);
     push_u32(out, payload_crc);
     push_u32(out, ks);
-    let crc = crc32c::crc32c(&out[start + 4..]);
+    let crc = crate::checksum::crc32c(&out[start + 4..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(key);
     payload_crc

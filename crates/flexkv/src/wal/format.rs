@@ -52,7 +52,7 @@ pub(crate) fn frame(out: &mut Vec<u8>, mut file_len: u64, payload: &[u8]) -> u64
         out.push(kind);
         out.push(0);
         out.extend_from_slice(&rest[..n]);
-        let crc = crc32c::crc32c(&out[start + 4..]);
+        let crc = crate::checksum::crc32c(&out[start + 4..]);
         out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
         file_len += (FRAG_HEADER + n) as u64;
         rest = &rest[n..];
@@ -132,7 +132,7 @@ impl<'a> Reader<'a> {
                 return Err((start, "fragment cut short"));
             };
             self.at = start + FRAG_HEADER + len;
-            let crc = crc32c::crc32c_append(crc32c::crc32c(&head[4..]), body);
+            let crc = crate::checksum::crc32c_append(crate::checksum::crc32c(&head[4..]), body);
             if crc != get_u32(head, 0) || !(FULL..=LAST).contains(&kind) || head[7] != 0 {
                 return Err((start, "fragment checksum mismatch"));
             }
