@@ -1,10 +1,11 @@
 //! An insert-only concurrent skip list whose nodes live in the memtable's [`Arena`].
 //!
 //! Each node is one region: a fixed header (keyspace, key and value lengths, sequence,
-//! kind, height), its tower of next pointers, the key, then the value. Nodes are never
-//! changed after they are linked (except their towers' atomics) and never removed
-//! before the whole list is dropped, so a reader holding `&List` can follow any pointer
-//! it loads, and an [`Entry`] is a plain pointer with the list's lifetime.
+//! kind, height, a predecessor hint), its tower of next pointers, the key, then the
+//! value. Nodes are never changed after they are linked (except their towers' atomics
+//! and the hint) and never removed before the whole list is dropped, so a reader
+//! holding `&List` can follow any pointer it loads, and an [`Entry`] is a plain pointer
+//! with the list's lifetime.
 //!
 //! Order: keyspace, then key, then sequence *descending*. A node whose order key equals
 //! an existing node's goes in front of it, so the later insert is the one a search finds
@@ -26,6 +27,13 @@
 //! and successors fall from the top level down, every predecessor sorts below the key
 //! being inserted, and every successor at or above the bracketing level sorts at or
 //! above it.
+//!
+//! Updates of keys the list holds: a one-level node for a key the hash index knows
+//! goes just in front of the key's newest node, and its search starts at that node's
+//! predecessor hint (`Header::prev`, set at every link at level 0), with no descent
+//! from the top. The hint is a node that once sorted just below; nodes never move, so
+//! it still sorts below, and the insert checks that it sorts below the new entry too
+//! before starting there (another writer's newer version of the key may not).
 //!
 //! Point reads: the list keeps a hash index ([`HashIndex`], `index.rs`) naming each
 //! key's newest node by address; [`List::newest`] turns a word of it back into a node
@@ -70,6 +78,11 @@ pub(crate) enum Kind {
 #[repr(C)]
 struct Header {
     seq: u64,
+    /// A node that sorted just below this one at level 0 when it was last set (null:
+    /// none yet). Only inserts read it, as a place to start a search (see
+    /// [`List::link_by_hint`]); since no node ever moves, whatever it names still
+    /// sorts below this node.
+    prev: AtomicPtr<Header>,
     ks: KeyspaceId,
     key_len: u32,
     val_len: u32,
@@ -110,7 +123,8 @@ impl<'a> Node<'a> {
 
     fn header(self) -> &'a Header {
         // SAFETY: the node's header was written before the node was linked or
-        // returned, is never written again, and lives as long as the list.
+        // returned, is never written again but for its atomic `prev`, and lives as
+        // long as the list.
         unsafe { self.0.as_ref() }
     }
 
@@ -154,6 +168,16 @@ impl<'a> Node<'a> {
 
     fn next(self, level: usize) -> Option<Node<'a>> {
         NonNull::new(self.level(level).load(Atomic::Acquire)).map(Node::new)
+    }
+
+    /// The node [`Header::prev`] names, if any.
+    fn prev_hint(self) -> Option<Node<'a>> {
+        NonNull::new(self.header().prev.load(Atomic::Acquire)).map(Node::new)
+    }
+
+    /// Names `p`, a linked node sorting below this one, as its predecessor at level 0.
+    fn set_prev_hint(self, p: Node<'a>) {
+        self.header().prev.store(p.0.as_ptr(), Atomic::Release);
     }
 
     /// The node's address, for the hash index (which keeps it with its provenance
@@ -236,6 +260,9 @@ pub(crate) struct List {
     /// Every key's newest node, by the key's hash. Its words are addresses of this
     /// list's nodes, read back only while the list lives.
     index: HashIndex,
+    /// Nodes linked by [`List::link_by_hint`] (for the tests).
+    #[cfg(test)]
+    hinted: AtomicUsize,
 }
 
 // SAFETY: the list's raw pointers are to nodes in its own arena, which are written only
@@ -297,6 +324,8 @@ impl List {
             len: AtomicUsize::new(0),
             arena,
             index: HashIndex::for_budget(budget),
+            #[cfg(test)]
+            hinted: AtomicUsize::new(0),
         }
     }
 
@@ -349,6 +378,7 @@ impl List {
         unsafe {
             p.cast::<Header>().write(Header {
                 seq: e.seq,
+                prev: AtomicPtr::new(std::ptr::null_mut()),
                 ks: e.ks,
                 key_len,
                 val_len,
@@ -397,7 +427,13 @@ impl List {
                 self.index.prefetch(ahead.hash);
             }
             let node = Self::write_node(region, h, e);
-            self.link(node, e, &mut splice);
+            if h == 1 && self.link_by_hint(node, e) {
+                // The splice no longer describes the last insert: the next search
+                // starts from the top.
+                splice.height = 0;
+            } else {
+                self.link(node, e, &mut splice);
+            }
             // After the node is in the list: a reader the index sends to it may
             // search the list from there.
             self.index.insert(
@@ -440,6 +476,58 @@ impl List {
         }
     }
 
+    /// Links `node` (entry `e`, not yet visible, one level high) at level 0 by the key's
+    /// newest node, which the hash index finds with no descent: an update of a key
+    /// the memtable holds goes just in front of that node, and the search starts from
+    /// the node named as its predecessor ([`Header::prev`]), usually one step away.
+    /// Returns `false`, having done nothing, if the index does not know the key or the
+    /// named node does not sort below `e` (another writer's newer version of the key
+    /// may lie there); the caller then searches from the top.
+    fn link_by_hint<'a>(&'a self, node: Node<'a>, e: &NewEntry<'_>) -> bool {
+        debug_assert_eq!(node.header().height, 1);
+        let Newest::Found(newest) = self.newest(e.ks, e.key, e.hash) else {
+            return false;
+        };
+        let Some(start) = newest.0.prev_hint() else {
+            return false;
+        };
+        if start != self.head() && !start.cmp(e.ks, e.key, e.seq).is_lt() {
+            return false;
+        }
+        self.link_level0(node, e, start);
+        #[cfg(test)]
+        self.hinted.fetch_add(1, Atomic::Relaxed);
+        true
+    }
+
+    /// Links `node` (entry `e`, one level high) at level 0, searching from `start`,
+    /// which sorts below the probe.
+    fn link_level0<'a>(&'a self, node: Node<'a>, e: &NewEntry<'_>, start: Node<'a>) {
+        let mut from = start;
+        loop {
+            let (p, n) = self.find_at(from, 0, e);
+            let n_ptr = n.map_or(std::ptr::null_mut(), |n| n.0.as_ptr());
+            node.level(0).store(n_ptr, Atomic::Relaxed);
+            if p.level(0)
+                .compare_exchange(n_ptr, node.0.as_ptr(), Atomic::AcqRel, Atomic::Acquire)
+                .is_ok()
+            {
+                Self::linked_at_level0(p, node, n);
+                return;
+            }
+            from = p;
+        }
+    }
+
+    /// Keeps the predecessor hints of `node`, just linked between `p` and `n` at level
+    /// 0, and of `n`.
+    fn linked_at_level0<'a>(p: Node<'a>, node: Node<'a>, n: Option<Node<'a>>) {
+        node.set_prev_hint(p);
+        if let Some(n) = n {
+            n.set_prev_hint(node);
+        }
+    }
+
     /// Links `node` (entry `e`, not yet visible) into every level of its tower.
     fn link<'a>(&'a self, node: Node<'a>, e: &NewEntry<'_>, s: &mut Splice<'a>) {
         let h = usize::from(node.header().height);
@@ -477,7 +565,12 @@ impl List {
                     Atomic::AcqRel,
                     Atomic::Acquire,
                 ) {
-                    Ok(_) => break,
+                    Ok(_) => {
+                        if l == 0 {
+                            Self::linked_at_level0(p, node, n);
+                        }
+                        break;
+                    }
                     Err(_) => {
                         // Another node went in between: search this level again from
                         // the same predecessor, which still sorts below the probe.
@@ -607,6 +700,57 @@ mod tests {
                 last = Some(n);
                 x = n.next(l);
             }
+        }
+    }
+
+    /// Updates one key at a time, most of them of keys the list holds (so most go in by
+    /// the predecessor hint), some with sequences below the key's newest (which must
+    /// go behind it): one order, every version in it, and the hint taken. (A repeat of
+    /// a version is `an_equal_key_goes_in_front_so_the_later_insert_is_found`'s.)
+    #[test]
+    fn updates_linked_by_the_predecessor_hint_keep_one_order() {
+        let list = List::new(None, 1 << 26);
+        let mut model = Model::new();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut older = 0;
+        for i in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = format!("k{:03}", x % 400).into_bytes();
+            // Mostly rising; now and then one of the older sequences (below a third of
+            // the rising ones), each used once.
+            let seq = if x.is_multiple_of(8) {
+                older += 1;
+                3 * older + 1
+            } else {
+                3 * i + 3
+            };
+            let value = format!("{i}").into_bytes();
+            let e = (0, key, seq, value);
+            model.insert((0, e.1.clone(), std::cmp::Reverse(seq)), e.3.clone());
+            list.insert_sorted(&borrowed(std::slice::from_ref(&e)));
+        }
+        assert_matches(&list, &model);
+        let hinted = list.hinted.load(Atomic::Relaxed);
+        assert!(
+            hinted > 10_000,
+            "only {hinted} of 20,000 inserts went by the hint"
+        );
+        // Every key's newest version is what a search from the top finds.
+        for k in 0..400 {
+            let key = format!("k{k:03}").into_bytes();
+            let first = model
+                .range((0, key.clone(), std::cmp::Reverse(u64::MAX))..)
+                .next()
+                .filter(|((_, mk, _), _)| *mk == key);
+            let found = list
+                .seek(0, &key, u64::MAX, true)
+                .filter(|e| e.key() == key);
+            assert_eq!(
+                found.map(|e| e.value().to_vec()),
+                first.map(|(_, v)| v.clone())
+            );
         }
     }
 
