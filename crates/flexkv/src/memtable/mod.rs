@@ -454,10 +454,10 @@ mod tests {
         assert_eq!(m.get(1, b"k", 6), None);
         assert_eq!(m.get(0, b"j", 100), None);
         assert_eq!(m.len(), 4);
-        // Each entry's node holds a header (24 bytes), a pointer or more, its key and
+        // Each entry's node holds a header (32 bytes), a pointer or more, its key and
         // its value.
         assert!(
-            m.approximate_bytes() >= 4 * 32 + 4 + 4 + 6 + 12 + 14,
+            m.approximate_bytes() >= 4 * 40 + 4 + 4 + 6 + 12 + 14,
             "{}",
             m.approximate_bytes()
         );
