@@ -46,14 +46,13 @@ pub(crate) fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
 #[target_feature(enable = "sse4.2")]
 unsafe fn short(crc: u32, bytes: &[u8]) -> u32 {
     use std::arch::x86_64::{_mm_crc32_u16, _mm_crc32_u32, _mm_crc32_u64, _mm_crc32_u8};
-    let mut words = bytes.chunks_exact(8);
+    let (words, mut rest) = bytes.as_chunks::<8>();
     let mut c = u64::from(!crc);
-    for w in &mut words {
-        c = _mm_crc32_u64(c, u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+    for w in words {
+        c = _mm_crc32_u64(c, u64::from_le_bytes(*w));
     }
     // The instruction leaves the upper half zero.
     let mut c = c as u32;
-    let mut rest = words.remainder();
     if let Some((w, r)) = rest.split_first_chunk::<4>() {
         c = _mm_crc32_u32(c, u32::from_le_bytes(*w));
         rest = r;

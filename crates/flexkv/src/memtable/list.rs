@@ -503,28 +503,40 @@ impl List {
     /// Links `node` (entry `e`, one level high) at level 0, searching from `start`,
     /// which sorts below the probe.
     fn link_level0<'a>(&'a self, node: Node<'a>, e: &NewEntry<'_>, start: Node<'a>) {
-        let mut from = start;
+        let (p, n) = self.find_at(start, 0, e);
+        self.link_at(node, e, 0, p, n);
+    }
+
+    /// Links `node` (entry `e`) at `level` between `p` (which sorts below the probe)
+    /// and `n`, found for it; returns the two it went between. At level 0 it keeps the
+    /// predecessor hints of `node` and of `n`.
+    fn link_at<'a>(
+        &'a self,
+        node: Node<'a>,
+        e: &NewEntry<'_>,
+        level: usize,
+        mut p: Node<'a>,
+        mut n: Option<Node<'a>>,
+    ) -> (Node<'a>, Option<Node<'a>>) {
         loop {
-            let (p, n) = self.find_at(from, 0, e);
             let n_ptr = n.map_or(std::ptr::null_mut(), |n| n.0.as_ptr());
-            node.level(0).store(n_ptr, Atomic::Relaxed);
-            if p.level(0)
+            node.level(level).store(n_ptr, Atomic::Relaxed);
+            // Release: a reader that loads the pointer sees the node written.
+            if p.level(level)
                 .compare_exchange(n_ptr, node.0.as_ptr(), Atomic::AcqRel, Atomic::Acquire)
                 .is_ok()
             {
-                Self::linked_at_level0(p, node, n);
-                return;
+                if level == 0 {
+                    node.set_prev_hint(p);
+                    if let Some(n) = n {
+                        n.set_prev_hint(node);
+                    }
+                }
+                return (p, n);
             }
-            from = p;
-        }
-    }
-
-    /// Keeps the predecessor hints of `node`, just linked between `p` and `n` at level
-    /// 0, and of `n`.
-    fn linked_at_level0<'a>(p: Node<'a>, node: Node<'a>, n: Option<Node<'a>>) {
-        node.set_prev_hint(p);
-        if let Some(n) = n {
-            n.set_prev_hint(node);
+            // Another node went in between: search this level again from the same
+            // predecessor, which still sorts below the probe.
+            (p, n) = self.find_at(p, level, e);
         }
     }
 
@@ -554,32 +566,7 @@ impl List {
             x = p;
         }
         for l in 0..h {
-            loop {
-                let (p, n) = (s.prev[l], s.next[l]);
-                let n_ptr = n.map_or(std::ptr::null_mut(), |n| n.0.as_ptr());
-                node.level(l).store(n_ptr, Atomic::Relaxed);
-                // Release: a reader that loads the pointer sees the node written.
-                match p.level(l).compare_exchange(
-                    n_ptr,
-                    node.0.as_ptr(),
-                    Atomic::AcqRel,
-                    Atomic::Acquire,
-                ) {
-                    Ok(_) => {
-                        if l == 0 {
-                            Self::linked_at_level0(p, node, n);
-                        }
-                        break;
-                    }
-                    Err(_) => {
-                        // Another node went in between: search this level again from
-                        // the same predecessor, which still sorts below the probe.
-                        let (p, n) = self.find_at(p, l, e);
-                        s.prev[l] = p;
-                        s.next[l] = n;
-                    }
-                }
-            }
+            (s.prev[l], s.next[l]) = self.link_at(node, e, l, s.prev[l], s.next[l]);
         }
         // The node is the predecessor of the next (greater) key on its levels; its
         // successors there stay as found.
