@@ -1119,7 +1119,6 @@ impl<'a> Seek<'a> {
     }
 }
 
-/// The version of `key` in `loaded`, if it has one.
 /// Syncs the space from the upgradable lock `st` (see [`SortedStore::sync`]): the first
 /// and last steps under the write lock, the data file's sync under `st`, which readers
 /// pass. Returns the write lock, held since the last step.
@@ -1156,6 +1155,7 @@ fn read_in_view(
     })
 }
 
+/// The version of `key` in `loaded`, if it has one.
 fn find_version(loaded: &Loaded, key: &[u8]) -> Option<Version> {
     loaded
         .find(key)
