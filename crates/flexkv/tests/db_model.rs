@@ -275,8 +275,13 @@ impl World {
                 self.ks.clear();
                 let db =
                     std::mem::replace(&mut self.db, World::open(&FaultVfs::new(0), self.cache).0);
-                std::mem::forget(db); // a crash runs no destructor
                 self.vfs.crash(CrashMode::DropUnsynced);
+                // Every call the crashed engine makes from now on fails (its handle is of
+                // the file system before the crash), so its destructor changes nothing the
+                // next open recovers, and it frees the engine's memory and threads: a
+                // forgotten engine kept about 2.5 MB a crash, and 30,000 cases ran out
+                // of memory.
+                drop(db);
                 (self.db, self.ks) = World::open(&self.vfs, self.cache);
                 // The durable state, or it plus a prefix of the Buffered writes after it.
                 let found = self.contents();
