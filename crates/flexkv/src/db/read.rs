@@ -18,7 +18,7 @@ use super::Handle;
 use crate::memtable::{KeyspaceId, Value};
 use crate::sorted::history::{self, Version};
 use crate::sorted::interval::Loaded;
-use crate::sorted::store::{Epoch, Run};
+use crate::sorted::store::{Epoch, Run, SortedStore};
 use crate::sorted::Record;
 use crate::sorted::RecordValue;
 use crate::vlog::{First, Job, Pointer, ValueBytes, Wanted};
@@ -192,6 +192,7 @@ impl Snapshot {
             last_read: None,
             store_batch: STORE_AHEAD_FIRST,
             epoch: None,
+            store: None,
             buf_forward: true,
             buf_end: false,
             ahead: HashMap::default(),
@@ -282,6 +283,10 @@ pub struct Iter {
     store_batch: usize,
     /// The store's epoch counter (taken on the first read of the store).
     epoch: Option<Arc<Epoch>>,
+    /// The keyspace's store (taken on the first read of it): looked up once, not at
+    /// every read of it, since the lookup takes the database's lock of the stores and a
+    /// count of the store's `Arc`, which other threads' readers write too.
+    store: Option<Arc<SortedStore>>,
     buf_forward: bool,
     /// The store has nothing past `buf` in this direction.
     buf_end: bool,
@@ -586,7 +591,10 @@ impl Iter {
         }
         if self.buf.is_empty() && !(self.buf_epoch.is_some() && self.buf_end) {
             self.settle();
-            let store = self.guard.db.store(self.ks)?;
+            let store = match &self.store {
+                Some(store) => store,
+                None => self.store.insert(self.guard.db.store(self.ks)?),
+            };
             self.epoch.get_or_insert_with(|| Arc::clone(&store.epoch));
             let from = if forward {
                 as_ref(&self.lo)

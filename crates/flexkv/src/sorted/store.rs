@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
 use super::cache::{IntervalCache, Slot};
@@ -180,8 +181,12 @@ impl std::fmt::Debug for SortedStore {
 /// odd while a write section of the committer (or GC's write-back) is editing the
 /// space, the index and the cache, even between sections. Records read at an even
 /// epoch that is still the epoch afterwards are one consistent state.
+///
+/// The counter has a cache line of its own: iterators load it at every step, and each
+/// one holds an `Arc` of it, whose counts every iterator made or dropped on another
+/// thread would otherwise write in the same line.
 #[derive(Debug, Default)]
-pub(crate) struct Epoch(AtomicU64);
+pub(crate) struct Epoch(CachePadded<AtomicU64>);
 
 impl Epoch {
     /// The epoch now.
