@@ -682,6 +682,35 @@ fn close_makes_buffered_writes_durable_and_later_use_is_refused() {
     assert_eq!(db.get(b"b").unwrap(), Some(b"1".to_vec()));
 }
 
+/// An iterator that has read the store keeps it past the database's close: the store
+/// is closed all the same (synced and checkpointed), the iterator's next step is
+/// refused, and dropping it afterwards writes nothing, since another process may have
+/// the database open by then.
+#[test]
+fn a_store_an_iterator_holds_at_close_is_closed_and_written_no_more() {
+    let vfs = FaultVfs::new(19);
+    let db = open(&vfs);
+    for i in 0..50u8 {
+        db.put(&[i], &[i; 40]).unwrap();
+    }
+    db.flush().unwrap(); // in the sorted store, so the iterator reads it
+    let mut it = db.iter();
+    assert_eq!(it.next().unwrap().unwrap().0, vec![0u8]);
+    db.close().unwrap();
+    assert!(matches!(it.next(), Some(Err(Error::Closed))));
+    let changes = vfs.change_count();
+    drop(it);
+    assert_eq!(
+        vfs.change_count(),
+        changes,
+        "the store wrote after the close"
+    );
+    vfs.crash(flexkv::io::CrashMode::DropUnsynced);
+    let db = open(&vfs);
+    assert_eq!(all(db.iter()).len(), 50);
+    assert_eq!(db.get(&[49]).unwrap(), Some(vec![49u8; 40]));
+}
+
 #[test]
 fn a_second_open_is_locked_out_until_the_first_closes() {
     let vfs = FaultVfs::new(12);

@@ -645,7 +645,10 @@ impl Inner {
         for (_, store) in std::mem::take(&mut *self.stores.write()) {
             let c = match Arc::try_unwrap(store) {
                 Ok(s) => s.close(),
-                Err(s) => s.sync(), // a reader still has it for a moment
+                // An iterator still holds it (until it is dropped; its next step is
+                // refused): closed all the same, so the next open has as little to
+                // read, and nothing is written once the lock is released.
+                Err(s) => s.close_shared(),
             };
             if closed.is_ok() {
                 closed = c;

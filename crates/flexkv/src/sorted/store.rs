@@ -1022,6 +1022,13 @@ impl SortedStore {
         Ok(true)
     }
 
+    /// [`SortedStore::close`] for a store that readers still hold: the space is
+    /// synced, checkpointed and closed in place, under the write lock.
+    pub(crate) fn close_shared(&self) -> Result<()> {
+        self.usable()?;
+        self.state.write().space.close_in_place()
+    }
+
     /// Syncs and closes the space (checkpointing it, so the next open replays nothing).
     pub(crate) fn close(self) -> Result<()> {
         // A store an error or a panic left half edited checkpoints nothing: what the

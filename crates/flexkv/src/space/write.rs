@@ -448,6 +448,13 @@ impl FlexSpace {
 
     /// Syncs, checkpoints the tree (so the next open replays nothing) and closes.
     pub fn close(mut self) -> Result<()> {
+        self.close_in_place()
+    }
+
+    /// [`close`](Self::close) for a space that others still hold (readers of a store
+    /// whose database closed): reads still work, and nothing more is written, not even
+    /// when the last holder drops it.
+    pub fn close_in_place(&mut self) -> Result<()> {
         self.guarded(|s| {
             s.commit()?;
             s.checkpoint_now()
