@@ -278,9 +278,9 @@ impl World {
                 self.vfs.crash(CrashMode::DropUnsynced);
                 // Every call the crashed engine makes from now on fails (its handle is of
                 // the file system before the crash), so its destructor changes nothing the
-                // next open recovers, and it frees the engine's memory and threads: a
-                // forgotten engine kept about 2.5 MB a crash, and 30,000 cases ran out
-                // of memory.
+                // next open recovers, and it frees the engine's memory and threads:
+                // with forgotten engines 1,500 cases peaked at 9.9 GB, and 30,000 ran
+                // out of memory.
                 drop(db);
                 (self.db, self.ks) = World::open(&self.vfs, self.cache);
                 // The durable state, or it plus a prefix of the Buffered writes after it.
