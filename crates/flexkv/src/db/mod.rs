@@ -645,9 +645,9 @@ impl Inner {
         for (_, store) in std::mem::take(&mut *self.stores.write()) {
             let c = match Arc::try_unwrap(store) {
                 Ok(s) => s.close(),
-                // An iterator still holds it (until it is dropped; its next step is
-                // refused): closed all the same, so the next open has as little to
-                // read, and nothing is written once the lock is released.
+                // A reader still holds it (an iterator keeps it until dropped, and its
+                // next step is refused): closed all the same, so the next open has as
+                // little to read, and nothing is written once the lock is released.
                 Err(s) => s.close_shared(),
             };
             if closed.is_ok() {

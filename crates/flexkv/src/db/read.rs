@@ -281,7 +281,9 @@ pub struct Iter {
     /// [`STORE_AHEAD_FIRST`] to [`STORE_AHEAD`], so a long scan searches the cache
     /// seldom and a short one does not walk far past where it stops.
     store_batch: usize,
-    /// The store's epoch counter (taken on the first read of the store).
+    /// The store's epoch counter (taken on the first read of the store). `store`
+    /// holds it too; kept here so that a step loads the counter straight, not through
+    /// the store's struct, whose lock word every read writes.
     epoch: Option<Arc<Epoch>>,
     /// The keyspace's store (taken on the first read of it): looked up once, not at
     /// every read of it, since the lookup takes the database's lock of the stores and a
