@@ -523,6 +523,12 @@ impl SortedStore {
     ) -> Result<Scan> {
         self.usable()?;
         let min = min.max(1);
+        if let Some(scan) = hint
+            .filter(|_| forward)
+            .and_then(|hint| self.follow_links(from, min, ahead, hint))
+        {
+            return Ok(scan);
+        }
         if let Some(st) = self.state.try_read() {
             return self.scan_holding(&st, from, forward, min, ahead, hint);
         }
@@ -544,6 +550,52 @@ impl SortedStore {
             return Ok(scan);
         }
         self.scan_holding(&self.state.read(), from, forward, min, ahead, hint)
+    }
+
+    /// [`SortedStore::scan`] forward from the caller's `hint` by the intervals' links
+    /// alone: no lock, no descent of the index, no slot. Where `from` lies within the
+    /// hint (between its first and last keys) and the epoch is still the hint's, the
+    /// records past `from` are the rest of the hint and then the intervals after it, to
+    /// which links made at that epoch lead. `None` where that does not hold, where a
+    /// link is missing before `min` records, or where a write section began meanwhile:
+    /// the caller then takes the index's way.
+    fn follow_links(
+        &self,
+        from: Bound<&[u8]>,
+        min: usize,
+        ahead: usize,
+        (hint_epoch, hint): (u64, &Arc<Loaded>),
+    ) -> Option<Scan> {
+        let (Bound::Included(k) | Bound::Excluded(k)) = from else {
+            return None;
+        };
+        let last = hint.len().checked_sub(1)?;
+        if hint.key(0) > k || hint.key(last) < k || self.epoch.now() != hint_epoch {
+            return None;
+        }
+        let want = min.max(ahead);
+        let (epoch, out) = self.epoch.stable(|| {
+            let (mut out, mut bound) = (Vec::new(), from);
+            let mut found = push_run(&mut out, Arc::clone(hint), &mut bound, true);
+            let mut at = Arc::clone(hint);
+            while found < want {
+                let Some(next) = at.next.get(hint_epoch) else {
+                    break;
+                };
+                next.referenced.set();
+                next.next.prefetch(hint_epoch);
+                found += push_run(&mut out, Arc::clone(&next), &mut bound, true);
+                at = next;
+            }
+            (found >= min).then_some(out)
+        })?;
+        if epoch != hint_epoch {
+            return None;
+        }
+        self.counters
+            .cache_hits
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        Some((epoch, out))
     }
 
     /// [`SortedStore::scan`] under the lock: intervals from the index, each from the
@@ -1369,6 +1421,73 @@ mod tests {
         db.write(b).unwrap();
         db.flush().unwrap();
         (dir, db)
+    }
+
+    /// A forward scan goes on from the interval it read last (its hint) by the links
+    /// alone where its start lies in that interval and nothing changed since, and
+    /// finds what the index's way finds; elsewhere, or once a commit moved the epoch
+    /// on, it does not take the links.
+    #[test]
+    fn a_scan_follows_the_links_from_its_hint_only_while_they_hold() {
+        use std::ops::Bound;
+        let (_dir, db) = committed((0..2_000).map(|i| 2 * i));
+        let store = db.store_of(&db.default_keyspace());
+        let keys = |runs: &[super::Run]| -> Vec<Vec<u8>> {
+            runs.iter()
+                .flat_map(|r| r.range.clone().map(|i| r.interval.key(i).to_vec()))
+                .collect()
+        };
+        // The first walk caches the intervals, the second links each to the next.
+        for _ in 0..2 {
+            store
+                .scan(Bound::Unbounded, true, 4_000, 4_000, None)
+                .unwrap();
+        }
+        let (e, first) = store
+            .scan(Bound::Included(&key(1_000)), true, 1, 1, None)
+            .unwrap();
+        let hint = Arc::clone(&first[0].interval);
+        let last = hint.key(hint.len() - 1).to_vec();
+        // Past the hint's last record, and from within it.
+        for from in [Bound::Excluded(&last[..]), Bound::Included(&key(1_000)[..])] {
+            let (_, plain) = store.scan(from, true, 100, 100, None).unwrap();
+            let (le, linked) = store
+                .follow_links(from, 100, 100, (e, &hint))
+                .expect("the links hold");
+            assert_eq!(le, e);
+            assert_eq!(keys(&linked), keys(&plain));
+            assert!(keys(&linked).len() >= 100);
+            assert!(linked
+                .iter()
+                .zip(&plain)
+                .all(|(a, b)| Arc::ptr_eq(&a.interval, &b.interval)));
+        }
+        // From the hint's first key on, the rest of it follows; past its last record
+        // or before its first, its links say nothing.
+        let first_key = hint.key(0).to_vec();
+        let past = [&last[..], b"\x00"].concat();
+        let below = key(0);
+        let from_links = |from| store.follow_links(from, 1, 1, (e, &hint));
+        assert!(from_links(Bound::Excluded(&first_key[..])).is_some());
+        assert!(from_links(Bound::Included(&past[..])).is_none());
+        assert!(from_links(Bound::Included(&below[..])).is_none());
+        assert!(from_links(Bound::Unbounded).is_none());
+        // A link missing before `min` records: the index's way.
+        assert!(store
+            .follow_links(Bound::Excluded(&last[..]), 4_000, 4_000, (e, &hint))
+            .is_none());
+        // A commit of a key just past the hint: the epoch moved on, so neither the
+        // links nor the hint are taken, and a scan with the stale hint finds the key.
+        let new = [&last[..], b"\x00"].concat();
+        db.put(&new, b"new").unwrap();
+        db.flush().unwrap();
+        assert!(store
+            .follow_links(Bound::Excluded(&last[..]), 1, 1, (e, &hint))
+            .is_none());
+        let (_, got) = store
+            .scan(Bound::Excluded(&last[..]), true, 1, 1, Some((e, &hint)))
+            .unwrap();
+        assert_eq!(keys(&got)[0], new);
     }
 
     /// A point read that meets a write section finds its interval through the view's
