@@ -512,7 +512,9 @@ impl SortedStore {
     ///
     /// `hint` is an interval the caller read at the epoch given with it, likely the
     /// one holding `from` (the last of the caller's previous scan): if it is, and the
-    /// epoch has not moved, it is taken as it is, without a lookup in the cache.
+    /// epoch has not moved, it is taken as it is, without a lookup in the cache; and
+    /// a forward scan from within it goes on by its links, with no lock and no descent
+    /// of the index ([`SortedStore::follow_links`]).
     pub(crate) fn scan(
         &self,
         from: Bound<&[u8]>,
