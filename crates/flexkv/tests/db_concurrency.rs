@@ -424,6 +424,111 @@ fn scans_see_one_batch_while_intervals_split_and_merge() {
     db.check().unwrap();
 }
 
+/// Scans that follow the cached intervals' links from one read of the store to the
+/// next while commits change a few intervals at a time: links between intervals a
+/// commit left alone still hold, and a scan never takes a form a commit replaced. Each
+/// batch puts three keys stamped with its number among lasting keys that never change
+/// and deletes the batch before's, and every fourth is committed at once; so a scan
+/// must see every lasting key with its value and exactly one batch's three keys.
+#[test]
+fn scans_follow_links_past_commits_that_change_other_intervals() {
+    const LASTING: u32 = 2_000;
+    const BATCHES: u32 = 400;
+    let lasting = |i: u32| format!("k{i:05}0").into_bytes();
+    let churn = |n: u32| -> Vec<Vec<u8>> {
+        let mut keys: Vec<Vec<u8>> = (0..3)
+            .map(|t| format!("k{:05}1", (n * 7_919 + t * 701) % LASTING).into_bytes())
+            .collect();
+        keys.sort();
+        keys
+    };
+    let db = Db::builder("/db")
+        .vfs(FaultVfs::new(7).shared())
+        .interval_pairs(4)
+        .open()
+        .unwrap();
+    let ks = db.default_keyspace();
+    let mut b = WriteBatch::new();
+    for i in 0..LASTING {
+        let k = lasting(i);
+        b.put(&ks, &k, &named_value(&k, 0)).unwrap();
+    }
+    for k in churn(0) {
+        b.put(&ks, &k, &0u32.to_be_bytes()).unwrap();
+    }
+    db.write(b).unwrap();
+    db.flush().unwrap();
+    let done = AtomicBool::new(false);
+    let scans = std::thread::scope(|s| {
+        let (db, ks, done) = (&db, &ks, &done);
+        let writer = s.spawn(move || {
+            for n in 1..=BATCHES {
+                let mut b = WriteBatch::new();
+                b.durability(flexkv::Durability::Buffered);
+                for k in churn(n - 1) {
+                    b.delete(ks, &k).unwrap();
+                }
+                for k in churn(n) {
+                    b.put(ks, &k, &n.to_be_bytes()).unwrap();
+                }
+                db.write(b).unwrap();
+                if n % 4 == 0 {
+                    db.flush().unwrap();
+                }
+            }
+        });
+        let readers: Vec<_> = (0..2u32)
+            .map(|r| {
+                s.spawn(move || {
+                    let mut scans = 0u32;
+                    while !done.load(Ordering::Relaxed) || scans < 20 {
+                        // Whole scans, and scans from a lasting key on.
+                        let from = (scans * 617 + r * 311) % LASTING * (scans % 2);
+                        let mut it = ks.range(lasting(from)..);
+                        let (mut next_lasting, mut stamped) = (from, Vec::new());
+                        let mut steps = 0u32;
+                        while let Some(pair) = it.next_ref() {
+                            // Pauses, so that commits land inside scans.
+                            steps += 1;
+                            if steps.is_multiple_of(64) {
+                                std::thread::sleep(Duration::from_micros(50));
+                            }
+                            let (k, v) = pair.unwrap();
+                            if k.ends_with(b"0") {
+                                assert_eq!(k, lasting(next_lasting), "scan {scans} of {r}");
+                                assert!(names(k, v), "{k:?} read another key's value");
+                                next_lasting += 1;
+                            } else {
+                                let n = u32::from_be_bytes(v.try_into().unwrap());
+                                stamped.push((k.to_vec(), n));
+                            }
+                        }
+                        assert_eq!(next_lasting, LASTING, "scan {scans} of {r} ended early");
+                        // (A scan from the middle may pass none of its batch's keys.)
+                        if let Some(&(_, n)) = stamped.first() {
+                            let want: Vec<_> = churn(n)
+                                .into_iter()
+                                .filter(|k| k[..] >= lasting(from)[..])
+                                .map(|k| (k, n))
+                                .collect();
+                            assert_eq!(stamped, want, "scan {scans} of {r}: not one batch");
+                        }
+                        scans += 1;
+                    }
+                    scans
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        done.store(true, Ordering::Relaxed);
+        readers.into_iter().map(|r| r.join().unwrap()).sum::<u32>()
+    });
+    let s = db.stats();
+    assert!(s.commits >= 100, "the committer ran {} times", s.commits);
+    assert!(scans >= 40, "only {scans} scans");
+    db.check().unwrap();
+}
+
 /// Point reads through the record cache (a keyspace larger than its budget) while a
 /// writer rewrites the keys round after round and the committer applies the rounds:
 /// a reader never sees a key go back to a round older than one it saw, and once the

@@ -437,6 +437,7 @@ impl IntervalCache {
         let old = self.map.get(key).map(|e| Arc::clone(e.value()));
         if let Some(old) = &old {
             ring.used -= old.footprint();
+            old.interval.live.retire();
             self.unlink(key, &old.interval);
         }
         while ring.used + size > capacity {
@@ -452,6 +453,7 @@ impl IntervalCache {
         let entry = Arc::new(entry);
         ring.slots[entry.slot] = Some(Arc::clone(&entry));
         ring.used += size;
+        entry.interval.live.enter();
         // Each replaces an entry of the same key in one step.
         let replaced = slot.set(Arc::clone(&entry.interval));
         self.map.insert(MapKey::from_slice(key), entry);
@@ -568,6 +570,7 @@ impl IntervalCache {
             ring.used -= entry.footprint();
             ring.slots[entry.slot] = None;
             ring.free.push(entry.slot);
+            entry.interval.live.retire();
             self.unlink(key, &entry.interval);
         }
     }
@@ -797,24 +800,38 @@ mod tests {
     }
 
     #[test]
-    fn an_interval_leaving_the_cache_is_unlinked_from_the_one_before() {
+    fn an_interval_leaving_the_cache_is_unlinked_from_the_one_before_and_retired() {
         let one = cost(b"b", 4);
         let c = Cached::new(3 * one);
         for k in [b"a", b"b", b"c"] {
             c.put(k, None, interval(4));
         }
         let (a, b) = (c.get(b"a").unwrap(), c.get(b"b").unwrap());
+        assert!(a.live.is_live() && b.live.is_live(), "what goes in is live");
         a.next.set(2, &b);
         b.next.set(2, &c.get(b"c").unwrap());
-        // Replaced: the link to the old form goes (the new one is not linked yet).
+        // Replaced: the link to the old form goes (the new one is not linked yet), and
+        // the old form is retired.
         c.put(b"b", None, interval(4));
-        assert!(a.next.get(2).is_none());
+        assert!(a.next.get(2, true).is_none());
+        assert!(!b.live.is_live());
         let b = c.get(b"b").unwrap();
         a.next.set(2, &b);
+        assert!(
+            a.next.get(4, true).is_some(),
+            "live to live holds past its epoch"
+        );
         // Removed.
         c.remove(b"b");
-        assert!(a.next.get(2).is_none());
+        assert!(a.next.get(2, true).is_none());
+        assert!(!b.live.is_live());
+        // A retired form put back is cached but never live again.
         c.put(b"b", None, Arc::clone(&b));
+        assert!(c.get(b"b").is_some() && !b.live.is_live());
+        let b = {
+            c.put(b"b", None, interval(4));
+            c.get(b"b").unwrap()
+        };
         a.next.set(2, &b);
         // Evicted: `a` and `c` were used since they went in, `b` was not. This test
         // still holds `b`, so only the cache's unlinking ends the link.
@@ -822,8 +839,9 @@ mod tests {
         b.referenced.take();
         c.put(b"d", None, interval(4));
         assert!(c.get(b"b").is_none(), "b was the one evicted");
+        assert!(!b.live.is_live(), "and retired");
         let a = c.get(b"a").unwrap();
-        assert!(a.next.get(2).is_none(), "and a no longer links to it");
+        assert!(a.next.get(2, true).is_none(), "and a no longer links to it");
     }
 
     #[test]

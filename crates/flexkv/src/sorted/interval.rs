@@ -47,7 +47,8 @@ struct Span {
 ///
 /// The fields are laid out in this order (`repr(C)`) so that what a cached hit touches
 /// before anything else lies next to the `Arc`'s counts, which taking the interval
-/// writes: the link a scan follows to the next interval and the CLOCK bit a read sets.
+/// writes: the link a scan follows to the next interval, the CLOCK bit a read sets and
+/// the mark a link's walk checks.
 /// Left to the compiler they went to the struct's far end, two more cache misses per
 /// interval a scan passes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +59,8 @@ pub(crate) struct Loaded {
     /// The cache's CLOCK bit, here rather than in the cache's entry so that a cached
     /// read touches one structure fewer.
     pub(crate) referenced: Referenced,
+    /// Whether this form is the cache's entry for its interval now (see [`Live`]).
+    pub(crate) live: Live,
     /// Spread over more extents than half its records (FlexDB §5.2): rewrite it whole
     /// on its next update.
     pub(crate) fragmented: bool,
@@ -114,17 +117,60 @@ macro_rules! not_content {
 
 not_content!(Referenced);
 
+/// Whether an interval's form is its cache entry: never yet, now, or no longer. The
+/// cache makes a form live as it puts it in ([`IntervalCache::put`]) and retires it
+/// as it goes, replaced or removed, never to be live again. Every change of an
+/// interval's records replaces or removes its entry in the same write section, so a
+/// form that is live holds its interval's records now, and has held them without a
+/// change since it went in: that is what lets a link between two live forms outlive
+/// the write sections that changed other intervals (see [`Next`]).
+///
+/// [`IntervalCache::put`]: super::cache::IntervalCache::put
+#[derive(Debug, Default)]
+pub(crate) struct Live(std::sync::atomic::AtomicU8);
+
+const NEW: u8 = 0;
+const LIVE: u8 = 1;
+const RETIRED: u8 = 2;
+
+impl Live {
+    /// Marks the form its interval's cache entry, unless it was one before.
+    pub(crate) fn enter(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let _ = self.0.compare_exchange(NEW, LIVE, Relaxed, Relaxed);
+    }
+
+    /// Marks the form no longer its interval's cache entry, for good.
+    pub(crate) fn retire(&self) {
+        self.0.store(RETIRED, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the form is its interval's cache entry now.
+    pub(crate) fn is_live(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) == LIVE
+    }
+}
+
+not_content!(Live);
+
 /// A link from a cached interval to the cached interval after it, with the store
 /// epoch it was made at (FlexDB §5.2 has each index entry point at its cached
 /// interval; this points from neighbour to neighbour, which is what a scan follows).
-/// A forward scan that comes to an interval at the epoch its link was made goes
-/// straight to the next one: no hash of its key, no lookup in the cache's hash map
-/// (a cache miss each) and no lock on a shard of it.
+/// A forward scan that comes to an interval whose link holds goes straight to the
+/// next one: no hash of its key, no lookup in the cache's hash map (a cache miss
+/// each) and no lock on a shard of it.
 ///
-/// Why it is right: the committer changes intervals only in write sections, each of
-/// which moves the epoch on, and a scan under the keyspace's read lock sees one
-/// epoch throughout. So a link made at epoch `e` from this interval's cached form
-/// leads to the next interval's form at `e`, which still holds at `e`.
+/// Why it is right: a scan makes a link only between two forms that hold their
+/// intervals' records at that moment and lie side by side. The committer changes
+/// intervals only in write sections, each of which moves the epoch on, and a scan
+/// under the keyspace's read lock sees one epoch throughout. So a link made at epoch
+/// `e` leads to the next interval's form at `e`, which still holds at `e`. After `e`
+/// it holds while both forms are [`Live`]: an interval could come between them only
+/// by taking keys from one of the two or by a key going into one of them, and either
+/// change replaces or removes that one's cache entry in the write section that makes
+/// it, which retires the form. So a write section that changes other intervals (a
+/// small commit changes a few in a hundred) leaves the link alone, where the epoch
+/// alone would have cut every link in the keyspace.
 ///
 /// The link is weak, so it never keeps an evicted interval's records in memory, and
 /// the cache clears it when the interval it leads to leaves
@@ -137,26 +183,28 @@ not_content!(Referenced);
 pub(crate) struct Next(parking_lot::Mutex<Option<(u64, std::sync::Weak<Loaded>)>>);
 
 impl Next {
-    /// The next interval, if the link was made at `epoch` and it is still in memory.
-    pub(crate) fn get(&self, epoch: u64) -> Option<std::sync::Arc<Loaded>> {
-        match &*self.0.lock() {
-            Some((e, next)) if *e == epoch => next.upgrade(),
-            _ => None,
-        }
+    /// The next interval, if the link holds at `epoch` and it is still in memory: it
+    /// was made at `epoch`, or it leads from a live form (`from_live`, the caller's
+    /// word for the interval it asks) to a live one.
+    pub(crate) fn get(&self, epoch: u64, from_live: bool) -> Option<std::sync::Arc<Loaded>> {
+        let (e, next) = match &*self.0.lock() {
+            Some((e, next)) if *e == epoch || from_live => (*e, next.upgrade()?),
+            _ => return None,
+        };
+        (e == epoch || next.live.is_live()).then_some(next)
     }
 
-    /// Asks the processor for the struct of the interval the link made at `epoch` leads
-    /// to (and the `Arc`'s counts before it), without taking it: a forward scan calls
-    /// this as it takes an interval, so the next one's misses overlap the work on this
-    /// one instead of following it.
-    pub(crate) fn prefetch(&self, epoch: u64) {
-        if let Some((e, next)) = &*self.0.lock() {
-            if *e == epoch {
-                // The `Arc`'s two counts precede the struct in its block.
-                let counts = 2 * std::mem::size_of::<usize>();
-                let start = next.as_ptr().cast::<u8>().wrapping_sub(counts);
-                crate::prefetch::prefetch_bytes(start, counts + std::mem::size_of::<Loaded>());
-            }
+    /// Asks the processor for the struct of the interval the link leads to (and the
+    /// `Arc`'s counts before it), without taking it: a forward scan calls this as it
+    /// takes an interval, so the next one's misses overlap the work on this one
+    /// instead of following it. (A prefetch of a block a link no longer holds costs a
+    /// line and is never a fault.)
+    pub(crate) fn prefetch(&self) {
+        if let Some((_, next)) = &*self.0.lock() {
+            // The `Arc`'s two counts precede the struct in its block.
+            let counts = 2 * std::mem::size_of::<usize>();
+            let start = next.as_ptr().cast::<u8>().wrapping_sub(counts);
+            crate::prefetch::prefetch_bytes(start, counts + std::mem::size_of::<Loaded>());
         }
     }
 
@@ -240,6 +288,7 @@ impl Loaded {
             spans,
             fragmented: false,
             referenced: Referenced::default(),
+            live: Live::default(),
             next: Next::default(),
         }
     }
@@ -263,6 +312,7 @@ impl Loaded {
                 .collect(),
             fragmented: false,
             referenced: Referenced::default(),
+            live: Live::default(),
             next: Next::default(),
         }
     }
@@ -286,6 +336,7 @@ impl Loaded {
             spans,
             fragmented: false,
             referenced: Referenced::default(),
+            live: Live::default(),
             next: Next::default(),
         }
     }
@@ -406,31 +457,43 @@ mod tests {
     }
 
     #[test]
-    fn a_link_leads_on_only_at_its_epoch_and_never_keeps_its_interval() {
+    fn a_link_leads_on_at_its_epoch_or_between_live_forms_and_never_keeps_its_interval() {
         let a = Loaded::parse(interval(&[b"a"])).unwrap();
         let b = std::sync::Arc::new(Loaded::parse(interval(&[b"b"])).unwrap());
-        assert!(a.next.get(4).is_none(), "a new interval is unlinked");
+        assert!(a.next.get(4, true).is_none(), "a new interval is unlinked");
         a.next.set(4, &b);
-        let got = a.next.get(4).expect("the link leads on at its epoch");
+        let got = a
+            .next
+            .get(4, false)
+            .expect("the link leads on at its epoch");
         assert!(std::sync::Arc::ptr_eq(&got, &b));
         drop(got);
-        assert!(
-            a.next.get(6).is_none(),
-            "the epoch moved: the link is stale"
-        );
-        // A clone and an equal interval do not share or compare the link.
-        assert!(a.clone().next.get(4).is_none());
+        // The epoch moved on: the link holds only from a live form to a live form.
+        assert!(a.next.get(6, false).is_none());
+        assert!(a.next.get(6, true).is_none(), "b was never cached");
+        b.live.enter();
+        assert!(b.live.is_live());
+        assert!(a.next.get(6, false).is_none(), "a is not live");
+        assert!(a.next.get(6, true).is_some());
+        b.live.retire();
+        assert!(a.next.get(6, true).is_none(), "b left the cache");
+        b.live.enter();
+        assert!(!b.live.is_live(), "a form that left never comes back");
+        assert!(a.next.get(4, false).is_some(), "its own epoch still holds");
+        // A clone and an equal interval do not share or compare the link or the mark.
+        assert!(a.clone().next.get(4, true).is_none());
+        assert!(!b.as_ref().clone().live.is_live());
         assert_eq!(a.clone(), a);
         // Only a link to the interval leaving is cleared.
         let c = Loaded::parse(interval(&[b"c"])).unwrap();
         a.next.clear_if(&c);
-        assert!(a.next.get(4).is_some());
+        assert!(a.next.get(4, false).is_some());
         a.next.clear_if(&b);
-        assert!(a.next.get(4).is_none());
+        assert!(a.next.get(4, false).is_none());
         // The link is weak: the interval it led to goes with its last holder.
         a.next.set(4, &b);
         drop(b);
-        assert!(a.next.get(4).is_none());
+        assert!(a.next.get(4, false).is_none());
     }
 
     #[test]
@@ -468,6 +531,7 @@ mod tests {
         let at = |offset: usize| 2 * size_of::<usize>() + offset;
         assert!(at(offset_of!(Loaded, next)) + size_of::<Next>() <= 64);
         assert!(at(offset_of!(Loaded, referenced)) + size_of::<Referenced>() <= 64);
+        assert!(at(offset_of!(Loaded, live)) + size_of::<Live>() <= 64);
     }
 
     #[test]

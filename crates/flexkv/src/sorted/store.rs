@@ -513,8 +513,9 @@ impl SortedStore {
     /// `hint` is an interval the caller read at the epoch given with it, likely the
     /// one holding `from` (the last of the caller's previous scan): if it is, and the
     /// epoch has not moved, it is taken as it is, without a lookup in the cache; and
-    /// a forward scan from within it goes on by its links, with no lock and no descent
-    /// of the index ([`SortedStore::follow_links`]).
+    /// a forward scan from within it (at that epoch, or while it is still its
+    /// interval's cache entry) goes on by its links, with no lock and no descent of
+    /// the index ([`SortedStore::follow_links`]).
     pub(crate) fn scan(
         &self,
         from: Bound<&[u8]>,
@@ -556,11 +557,15 @@ impl SortedStore {
 
     /// [`SortedStore::scan`] forward from the caller's `hint` by the intervals' links
     /// alone: no lock, no descent of the index, no slot. Where `from` lies within the
-    /// hint (between its first and last keys) and the epoch is still the hint's, the
-    /// records past `from` are the rest of the hint and then the intervals after it, to
-    /// which links made at that epoch lead. `None` where that does not hold, where a
-    /// link is missing before `min` records, or where a write section began meanwhile:
-    /// the caller then takes the index's way.
+    /// hint (between its first and last keys) and the hint holds its interval's records
+    /// now (the epoch is still the hint's, or the hint is [`Live`]), the records past
+    /// `from` are the rest of the hint and then the intervals after it, to which the
+    /// links that hold lead ([`Next`]). `None` where that does not hold, where a link
+    /// is missing before `min` records, or where a write section began meanwhile: the
+    /// caller then takes the index's way.
+    ///
+    /// [`Live`]: super::interval::Live
+    /// [`Next`]: super::interval::Next
     fn follow_links(
         &self,
         from: Bound<&[u8]>,
@@ -572,28 +577,32 @@ impl SortedStore {
             return None;
         };
         let last = hint.len().checked_sub(1)?;
-        if hint.key(0) > k || hint.key(last) < k || self.epoch.now() != hint_epoch {
+        if hint.key(0) > k || hint.key(last) < k {
             return None;
         }
         let want = min.max(ahead);
         let (epoch, out) = self.epoch.stable(|| {
+            // Within the window the epoch is the one `stable` checks again after.
+            let epoch = self.epoch.now();
+            // The hint holds its records now if nothing was written since it was read,
+            // or if it is its interval's cache entry still.
+            if hint_epoch != epoch && !hint.live.is_live() {
+                return None;
+            }
             let (mut out, mut bound) = (Vec::new(), from);
             let mut found = push_run(&mut out, Arc::clone(hint), &mut bound, true);
             let mut at = Arc::clone(hint);
             while found < want {
-                let Some(next) = at.next.get(hint_epoch) else {
+                let Some(next) = at.next.get(epoch, at.live.is_live()) else {
                     break;
                 };
                 next.referenced.set();
-                next.next.prefetch(hint_epoch);
+                next.next.prefetch();
                 found += push_run(&mut out, Arc::clone(&next), &mut bound, true);
                 at = next;
             }
             (found >= min).then_some(out)
         })?;
-        if epoch != hint_epoch {
-            return None;
-        }
         self.counters
             .cache_hits
             .fetch_add(out.len() as u64, Ordering::Relaxed);
@@ -645,7 +654,7 @@ impl SortedStore {
                 let prev = out.last().filter(|_| linkable).map(|r| &r.interval);
                 let linked = match hint.take() {
                     Some((_, l)) if key <= l.key(0) => Some(Arc::clone(l)),
-                    _ => prev.and_then(|p| p.next.get(epoch)),
+                    _ => prev.and_then(|p| p.next.get(epoch, p.live.is_live())),
                 };
                 linkable = false;
                 let cached = match linked {
@@ -667,7 +676,7 @@ impl SortedStore {
                         hits += 1;
                         linkable = forward;
                         if forward {
-                            l.next.prefetch(epoch);
+                            l.next.prefetch();
                         }
                         l
                     }
@@ -1430,7 +1439,7 @@ mod tests {
     /// finds what the index's way finds; elsewhere, or once a commit moved the epoch
     /// on, it does not take the links.
     #[test]
-    fn a_scan_follows_the_links_from_its_hint_only_while_they_hold() {
+    fn a_scan_follows_the_links_from_its_hint_only_while_they_hold_past_other_commits() {
         use std::ops::Bound;
         let (_dir, db) = committed((0..2_000).map(|i| 2 * i));
         let store = db.store_of(&db.default_keyspace());
@@ -1478,18 +1487,46 @@ mod tests {
         assert!(store
             .follow_links(Bound::Excluded(&last[..]), 4_000, 4_000, (e, &hint))
             .is_none());
-        // A commit of a key just past the hint: the epoch moved on, so neither the
-        // links nor the hint are taken, and a scan with the stale hint finds the key.
-        let new = [&last[..], b"\x00"].concat();
-        db.put(&new, b"new").unwrap();
+        // A commit far from the hint (into the first interval) moves the epoch on but
+        // changes neither the hint nor the intervals after it: they are still the
+        // cache's entries, so their links hold and lead where the index's way leads.
+        let past_hint = Bound::Excluded(&last[..]);
+        db.put(&key(1), b"far").unwrap();
         db.flush().unwrap();
-        assert!(store
-            .follow_links(Bound::Excluded(&last[..]), 1, 1, (e, &hint))
-            .is_none());
-        let (_, got) = store
-            .scan(Bound::Excluded(&last[..]), true, 1, 1, Some((e, &hint)))
-            .unwrap();
-        assert_eq!(keys(&got)[0], new);
+        let now = store.epoch.now();
+        assert_ne!(now, e);
+        let (le, linked) = store
+            .follow_links(past_hint, 100, 100, (e, &hint))
+            .expect("links between live forms outlive the epoch");
+        let (pe, plain) = store.scan(past_hint, true, 100, 100, None).unwrap();
+        assert_eq!((le, pe), (now, now));
+        assert_eq!(keys(&linked), keys(&plain));
+        // A commit into the interval after the hint retires that form: the link to it
+        // is not taken, and what the walk returns (if anything) has the new key.
+        let after = Arc::clone(&plain[1].interval);
+        let (a, b) = (after.key(0), after.key(1));
+        let between = [a, b"\x00"].concat();
+        assert!(a < &between[..] && &between[..] < b);
+        db.put(&between, b"between").unwrap();
+        db.flush().unwrap();
+        assert!(!after.live.is_live());
+        let (_, plain) = store.scan(past_hint, true, 100, 100, None).unwrap();
+        assert!(keys(&plain).contains(&between));
+        if let Some((_, linked)) = store.follow_links(past_hint, 100, 100, (e, &hint)) {
+            assert_eq!(keys(&linked), keys(&plain));
+        }
+        // A commit into the hint's own interval, between its first two records,
+        // retires the hint: nothing is taken from it, and a scan with the stale hint
+        // finds the key.
+        let inside = [hint.key(0), b"\x00"].concat();
+        assert!(hint.len() >= 2 && &inside[..] < hint.key(1));
+        db.put(&inside, b"inside").unwrap();
+        db.flush().unwrap();
+        assert!(!hint.live.is_live());
+        let within = Bound::Excluded(&first_key[..]);
+        assert!(store.follow_links(within, 1, 1, (e, &hint)).is_none());
+        let (_, got) = store.scan(within, true, 1, 1, Some((e, &hint))).unwrap();
+        assert_eq!(keys(&got)[0], inside);
     }
 
     /// A point read that meets a write section finds its interval through the view's
