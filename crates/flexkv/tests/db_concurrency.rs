@@ -315,6 +315,31 @@ fn point_reads_while_intervals_split_and_merge(db: Db, readers: u32) -> flexkv::
     s
 }
 
+/// Runs `write` on one thread and `scan(reader, round)` round after round on two
+/// more, each until the writer is done and it has made 20 rounds; returns the rounds.
+fn scan_while_writing(write: impl FnOnce() + Send, scan: impl Fn(u32, u32) + Sync) -> u32 {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writer = s.spawn(write);
+        let readers: Vec<_> = (0..2u32)
+            .map(|r| {
+                let (done, scan) = (&done, &scan);
+                s.spawn(move || {
+                    let mut rounds = 0u32;
+                    while !done.load(Ordering::Relaxed) || rounds < 20 {
+                        scan(r, rounds);
+                        rounds += 1;
+                    }
+                    rounds
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        done.store(true, Ordering::Relaxed);
+        readers.into_iter().map(|r| r.join().unwrap()).sum()
+    })
+}
+
 /// Scans read cached intervals without the lock (checking the store's epoch) while the
 /// committer splits, merges and empties them. Every batch rewrites all lasting keys
 /// with one stamp and either inserts or deletes all churning keys, so a scan must see
@@ -357,63 +382,49 @@ fn scans_see_one_batch_while_intervals_split_and_merge() {
         .open()
         .unwrap();
     db.write(batch(&db, 0)).unwrap();
-    let done = AtomicBool::new(false);
-    let scans = std::thread::scope(|s| {
-        let (db, done) = (&db, &done);
-        let writer = s.spawn(move || {
+    let scans = scan_while_writing(
+        || {
             for n in 1..=BATCHES {
-                db.write(batch(db, n)).unwrap();
+                db.write(batch(&db, n)).unwrap();
             }
-        });
-        let readers: Vec<_> = (0..2u32)
-            .map(|r| {
-                s.spawn(move || {
-                    let mut scans = 0u32;
-                    while !done.load(Ordering::Relaxed) || scans < 20 {
-                        let mut it = db.iter();
-                        let mut pairs = Vec::new();
-                        // Borrowed and copied steps, forward and (every third scan) back.
-                        loop {
-                            let back = scans % 3 == 2;
-                            let pair = match (back, pairs.len() % 2 == r as usize) {
-                                (false, true) => it
-                                    .next_ref()
-                                    .map(|p| p.map(|(k, v)| (k.to_vec(), v.to_vec()))),
-                                (false, false) => it.next(),
-                                (true, true) => it
-                                    .next_back_ref()
-                                    .map(|p| p.map(|(k, v)| (k.to_vec(), v.to_vec()))),
-                                (true, false) => it.next_back(),
-                            };
-                            let Some(pair) = pair else { break };
-                            pairs.push(pair.unwrap());
-                        }
-                        if scans % 3 == 2 {
-                            pairs.reverse();
-                        }
-                        let stamp = |v: &[u8]| u32::from_be_bytes(v[..4].try_into().unwrap());
-                        let n = stamp(&pairs[0].1);
-                        let want = if n % 2 == 1 { 2 * KEYS } else { KEYS } as usize;
-                        assert_eq!(
-                            pairs.len(),
-                            want,
-                            "scan {scans} of reader {r} saw batch {n} in part"
-                        );
-                        for (j, (k, v)) in pairs.iter().enumerate() {
-                            assert!(j == 0 || pairs[j - 1].0 < *k, "keys out of order at {k:?}");
-                            assert_eq!(stamp(v), n, "{k:?} is from another batch than {n}");
-                            assert!(names(k, &v[4..]), "{k:?} read another key's value");
-                        }
-                        scans += 1;
-                    }
-                    scans
-                })
-            })
-            .collect();
-        writer.join().unwrap();
-        done.store(true, Ordering::Relaxed);
-        readers.into_iter().map(|r| r.join().unwrap()).sum::<u32>()
-    });
+        },
+        |r, scans| {
+            let mut it = db.iter();
+            let mut pairs = Vec::new();
+            // Borrowed and copied steps, forward and (every third scan) back.
+            loop {
+                let back = scans % 3 == 2;
+                let pair = match (back, pairs.len() % 2 == r as usize) {
+                    (false, true) => it
+                        .next_ref()
+                        .map(|p| p.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+                    (false, false) => it.next(),
+                    (true, true) => it
+                        .next_back_ref()
+                        .map(|p| p.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+                    (true, false) => it.next_back(),
+                };
+                let Some(pair) = pair else { break };
+                pairs.push(pair.unwrap());
+            }
+            if scans % 3 == 2 {
+                pairs.reverse();
+            }
+            let stamp = |v: &[u8]| u32::from_be_bytes(v[..4].try_into().unwrap());
+            let n = stamp(&pairs[0].1);
+            let want = if n % 2 == 1 { 2 * KEYS } else { KEYS } as usize;
+            assert_eq!(
+                pairs.len(),
+                want,
+                "scan {scans} of reader {r} saw batch {n} in part"
+            );
+            for (j, (k, v)) in pairs.iter().enumerate() {
+                assert!(j == 0 || pairs[j - 1].0 < *k, "keys out of order at {k:?}");
+                assert_eq!(stamp(v), n, "{k:?} is from another batch than {n}");
+                assert!(names(k, &v[4..]), "{k:?} read another key's value");
+            }
+        },
+    );
     let s = db.stats();
     assert!(s.commits >= 10, "the committer ran {} times", s.commits);
     assert!(scans >= 40, "only {scans} scans");
@@ -458,71 +469,57 @@ fn scans_follow_links_past_commits_that_change_other_intervals() {
     }
     db.write(b).unwrap();
     db.flush().unwrap();
-    let done = AtomicBool::new(false);
-    let scans = std::thread::scope(|s| {
-        let (db, ks, done) = (&db, &ks, &done);
-        let writer = s.spawn(move || {
+    let scans = scan_while_writing(
+        || {
             for n in 1..=BATCHES {
                 let mut b = WriteBatch::new();
                 b.durability(flexkv::Durability::Buffered);
                 for k in churn(n - 1) {
-                    b.delete(ks, &k).unwrap();
+                    b.delete(&ks, &k).unwrap();
                 }
                 for k in churn(n) {
-                    b.put(ks, &k, &n.to_be_bytes()).unwrap();
+                    b.put(&ks, &k, &n.to_be_bytes()).unwrap();
                 }
                 db.write(b).unwrap();
                 if n % 4 == 0 {
                     db.flush().unwrap();
                 }
             }
-        });
-        let readers: Vec<_> = (0..2u32)
-            .map(|r| {
-                s.spawn(move || {
-                    let mut scans = 0u32;
-                    while !done.load(Ordering::Relaxed) || scans < 20 {
-                        // Whole scans, and scans from a lasting key on.
-                        let from = (scans * 617 + r * 311) % LASTING * (scans % 2);
-                        let mut it = ks.range(lasting(from)..);
-                        let (mut next_lasting, mut stamped) = (from, Vec::new());
-                        let mut steps = 0u32;
-                        while let Some(pair) = it.next_ref() {
-                            // Pauses, so that commits land inside scans.
-                            steps += 1;
-                            if steps.is_multiple_of(64) {
-                                std::thread::sleep(Duration::from_micros(50));
-                            }
-                            let (k, v) = pair.unwrap();
-                            if k.ends_with(b"0") {
-                                assert_eq!(k, lasting(next_lasting), "scan {scans} of {r}");
-                                assert!(names(k, v), "{k:?} read another key's value");
-                                next_lasting += 1;
-                            } else {
-                                let n = u32::from_be_bytes(v.try_into().unwrap());
-                                stamped.push((k.to_vec(), n));
-                            }
-                        }
-                        assert_eq!(next_lasting, LASTING, "scan {scans} of {r} ended early");
-                        // (A scan from the middle may pass none of its batch's keys.)
-                        if let Some(&(_, n)) = stamped.first() {
-                            let want: Vec<_> = churn(n)
-                                .into_iter()
-                                .filter(|k| k[..] >= lasting(from)[..])
-                                .map(|k| (k, n))
-                                .collect();
-                            assert_eq!(stamped, want, "scan {scans} of {r}: not one batch");
-                        }
-                        scans += 1;
-                    }
-                    scans
-                })
-            })
-            .collect();
-        writer.join().unwrap();
-        done.store(true, Ordering::Relaxed);
-        readers.into_iter().map(|r| r.join().unwrap()).sum::<u32>()
-    });
+        },
+        |r, scans| {
+            // Whole scans, and scans from a lasting key on.
+            let from = (scans * 617 + r * 311) % LASTING * (scans % 2);
+            let mut it = ks.range(lasting(from)..);
+            let (mut next_lasting, mut stamped) = (from, Vec::new());
+            let mut steps = 0u32;
+            while let Some(pair) = it.next_ref() {
+                // Pauses, so that commits land inside scans.
+                steps += 1;
+                if steps.is_multiple_of(64) {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                let (k, v) = pair.unwrap();
+                if k.ends_with(b"0") {
+                    assert_eq!(k, lasting(next_lasting), "scan {scans} of {r}");
+                    assert!(names(k, v), "{k:?} read another key's value");
+                    next_lasting += 1;
+                } else {
+                    let n = u32::from_be_bytes(v.try_into().unwrap());
+                    stamped.push((k.to_vec(), n));
+                }
+            }
+            assert_eq!(next_lasting, LASTING, "scan {scans} of {r} ended early");
+            // (A scan from the middle may pass none of its batch's keys.)
+            if let Some(&(_, n)) = stamped.first() {
+                let want: Vec<_> = churn(n)
+                    .into_iter()
+                    .filter(|k| k[..] >= lasting(from)[..])
+                    .map(|k| (k, n))
+                    .collect();
+                assert_eq!(stamped, want, "scan {scans} of {r}: not one batch");
+            }
+        },
+    );
     let s = db.stats();
     assert!(s.commits >= 100, "the committer ran {} times", s.commits);
     assert!(scans >= 40, "only {scans} scans");
