@@ -406,7 +406,9 @@ impl IntervalCache {
     }
 
     /// Caches `interval` under `key`, ending at `end` (the next interval's key),
-    /// replacing what was there and evicting by CLOCK until the budget holds. An
+    /// replacing what was there and evicting by CLOCK until the budget holds. The form
+    /// put in becomes live and every form that leaves is retired
+    /// ([`Live`](super::interval::Live)). An
     /// interval larger than the whole budget is not kept, nor one whose key `index`
     /// does not have (the committer caches the pieces of a split after the index has
     /// their keys).

@@ -1435,9 +1435,10 @@ mod tests {
     }
 
     /// A forward scan goes on from the interval it read last (its hint) by the links
-    /// alone where its start lies in that interval and nothing changed since, and
-    /// finds what the index's way finds; elsewhere, or once a commit moved the epoch
-    /// on, it does not take the links.
+    /// alone where its start lies in that interval and the hint and the intervals
+    /// after it are unchanged (a commit elsewhere leaves them so), and finds what the
+    /// index's way finds; outside the hint, or once a commit changed the hint, it does
+    /// not take the links.
     #[test]
     fn a_scan_follows_the_links_from_its_hint_only_while_they_hold_past_other_commits() {
         use std::ops::Bound;
