@@ -123,8 +123,11 @@ not_content!(Referenced);
 /// interval's records replaces or removes its entry in the same write section, so a
 /// form that is live holds its interval's records now, and has held them without a
 /// change since it went in: that is what lets a link between two live forms outlive
-/// the write sections that changed other intervals (see [`Next`]).
+/// the write sections that changed other intervals (see [`Next`]). The mark's loads
+/// and stores are relaxed: a walk without the lock reads it inside an
+/// [`Epoch::stable`] window, whose fences order it against the write sections.
 ///
+/// [`Epoch::stable`]: super::store::Epoch::stable
 /// [`IntervalCache::put`]: super::cache::IntervalCache::put
 #[derive(Debug, Default)]
 pub(crate) struct Live(std::sync::atomic::AtomicU8);
@@ -235,6 +238,12 @@ pub(crate) fn fingerprint(key: &[u8]) -> u16 {
 }
 
 impl Loaded {
+    /// The interval this one's link leads to, if the link holds at `epoch`: made at
+    /// `epoch`, or from this form to another while both are live ([`Next::get`]).
+    pub(crate) fn next_at(&self, epoch: u64) -> Option<std::sync::Arc<Loaded>> {
+        self.next.get(epoch, self.live.is_live())
+    }
+
     /// Splits `bytes` into records, verifying each; `Err` names the offset (within the
     /// interval) and what is wrong there.
     pub(crate) fn parse(bytes: Vec<u8>) -> Result<Loaded, (usize, String)> {

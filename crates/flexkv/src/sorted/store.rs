@@ -593,7 +593,7 @@ impl SortedStore {
             let mut found = push_run(&mut out, Arc::clone(hint), &mut bound, true);
             let mut at = Arc::clone(hint);
             while found < want {
-                let Some(next) = at.next.get(epoch, at.live.is_live()) else {
+                let Some(next) = at.next_at(epoch) else {
                     break;
                 };
                 next.referenced.set();
@@ -654,7 +654,7 @@ impl SortedStore {
                 let prev = out.last().filter(|_| linkable).map(|r| &r.interval);
                 let linked = match hint.take() {
                     Some((_, l)) if key <= l.key(0) => Some(Arc::clone(l)),
-                    _ => prev.and_then(|p| p.next.get(epoch, p.live.is_live())),
+                    _ => prev.and_then(|p| p.next_at(epoch)),
                 };
                 linkable = false;
                 let cached = match linked {
