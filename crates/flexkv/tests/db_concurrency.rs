@@ -509,7 +509,12 @@ fn scans_follow_links_past_commits_that_change_other_intervals() {
                 }
             }
             assert_eq!(next_lasting, LASTING, "scan {scans} of {r} ended early");
-            // (A scan from the middle may pass none of its batch's keys.)
+            // A whole scan passes its batch's three keys; one from the middle may pass
+            // none of them.
+            assert!(
+                from > 0 || stamped.len() == 3,
+                "scan {scans} of {r}: {stamped:?}"
+            );
             if let Some(&(_, n)) = stamped.first() {
                 let want: Vec<_> = churn(n)
                     .into_iter()
