@@ -792,6 +792,65 @@ fn a_commit_fills_the_cache_only_if_the_whole_keyspace_fits() {
     db.check().unwrap();
 }
 
+/// A load in key order makes intervals no reader has asked for. Where the whole
+/// keyspace fits, each commit that appends past the last interval caches only the
+/// last of the pieces it splits that interval into (the next commit appends there),
+/// unless a reader used that interval since the last commit: then every piece. Every
+/// key reads back either way.
+#[test]
+fn a_load_in_key_order_caches_only_its_last_interval_unless_it_was_read() {
+    const SLICE: u32 = 1_000;
+    const SLICES: u32 = 6;
+    let append = |db: &Db, from: u32| {
+        let ks = db.default_keyspace();
+        let mut b = flexkv::WriteBatch::new();
+        for i in from..from + SLICE {
+            b.put(&ks, &key(i), &val(i, 0)).unwrap();
+        }
+        db.write(b).unwrap();
+        db.flush().unwrap();
+    };
+    let load = |read_tail: bool| {
+        let db = Db::builder(DIR)
+            .vfs(FaultVfs::new(7).shared())
+            .cache_bytes(4 << 20)
+            .record_cache_share(0.0)
+            .idle_commit(std::time::Duration::ZERO)
+            .open()
+            .unwrap();
+        // The first commit fills an empty keyspace: all of it is cached.
+        append(&db, 0);
+        let first = db.stats().cache_bytes;
+        for s in 1..SLICES {
+            if read_tail {
+                assert_eq!(
+                    db.get(&key(s * SLICE - 1)).unwrap(),
+                    Some(val(s * SLICE - 1, 0))
+                );
+            }
+            append(&db, s * SLICE);
+        }
+        let s = db.stats();
+        for i in 0..SLICES * SLICE {
+            assert_eq!(db.get(&key(i)).unwrap(), Some(val(i, 0)), "key {i}");
+        }
+        db.check().unwrap();
+        (first, s.cache_bytes)
+    };
+    let (first, unread) = load(false);
+    assert!(first > 50 << 10, "the first slice's records: {first} bytes");
+    // The first slice's intervals, and the last one at most: a piece of 16 records.
+    assert!(
+        unread < first + (16 << 10),
+        "{unread} bytes cached after {first}"
+    );
+    let (first, read) = load(true);
+    assert!(
+        read > first * u64::from(SLICES - 1),
+        "{read} bytes cached after {first}"
+    );
+}
+
 /// The interval cache and the in-memory indexes (the sparse index and the FlexTree)
 /// share one budget: as a keyspace grows, its indexes take more of the budget and the
 /// cache gets what they leave, evicting what no longer fits; once the indexes take more

@@ -469,6 +469,12 @@ impl IntervalCache {
         index.slot_of(key)?.peek()
     }
 
+    /// Whether a reader used the cached interval keyed `key` since it went in or the
+    /// clock's hand last passed it (the committer's own lookups do not count).
+    pub(crate) fn read_lately(&self, index: &SparseIndex, key: &[u8]) -> bool {
+        self.peek(index, key).is_some_and(|l| l.referenced.is_set())
+    }
+
     /// Whether the committer, having changed the interval keyed `key` (now taking
     /// `footprint` bytes), should cache its new form (else it drops the entry, if any).
     ///

@@ -1000,6 +1000,10 @@ impl SortedStore {
         cached: bool,
     ) -> Result<()> {
         self.keep_view(st, &iv.key, None);
+        // Records past the interval's end (a load in key order) make pieces no reader
+        // has asked for: only the last, which the next slice appends to, is cached,
+        // unless a reader used the interval lately.
+        let only_last = appended && !self.cache.read_lately(&st.index, &iv.key);
         let n = new.len();
         let pieces = n
             .div_ceil(self.split_pairs)
@@ -1037,8 +1041,10 @@ impl SortedStore {
             st.space
                 .set_tag(iv.offset + new.span(w[1]).0 as u64, HEAD)?;
         }
-        if !cached {
+        if !cached || only_last {
             self.cache.remove(&st.index, &iv.key);
+        }
+        if !cached {
             return Ok(());
         }
         // The pieces are cached last first, so that until the first piece replaces the
@@ -1049,6 +1055,9 @@ impl SortedStore {
         for (&cut, &key) in starts.iter().zip(&keys).rev() {
             let piece = Arc::new(new.slice(cut..last));
             self.cache.put(&st.index, key, end, piece);
+            if only_last {
+                break;
+            }
             (end, last) = (Some(key), cut);
         }
         Ok(())
