@@ -480,7 +480,9 @@ impl IntervalCache {
     ///
     /// Where the whole keyspace fits in the cache (`fits`, see
     /// [`IntervalCache::would_hold`]): yes if the cache holds the interval or has room
-    /// for it without evicting anything, so readers find a warm cache after a load.
+    /// for it without evicting anything, so readers find a warm cache after a load
+    /// (but of the pieces a load in key order splits off, the committer keeps only
+    /// the last unless [`IntervalCache::read_lately`]; see `split` in `commit.rs`).
     /// Where it does not: only if the cache holds the interval and a reader used it
     /// since it went in or was last passed by the clock's hand. A commit touches
     /// intervals all over a keyspace larger than the cache; caching each one would
