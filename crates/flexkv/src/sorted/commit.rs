@@ -1041,11 +1041,13 @@ impl SortedStore {
             st.space
                 .set_tag(iv.offset + new.span(w[1]).0 as u64, HEAD)?;
         }
-        if !cached || only_last {
-            self.cache.remove(&st.index, &iv.key);
-        }
         if !cached {
+            self.cache.remove(&st.index, &iv.key);
             return Ok(());
+        }
+        if only_last {
+            // The whole interval's entry goes before the last piece comes in.
+            self.cache.remove(&st.index, &iv.key);
         }
         // The pieces are cached last first, so that until the first piece replaces the
         // whole interval's entry, a reader of its keys finds a right one.
