@@ -471,6 +471,36 @@ fn rewrites_for_the_reads_give_the_cache_what_the_tree_gave_back() {
     db.check().unwrap();
 }
 
+/// The committer's rewrites for the reads make space GC passes due (each rewrite
+/// leaves its interval's old extents garbage); those passes run before a slice's
+/// writes, in short write sections of their own, never inside a rewrite, where the
+/// space's own pass would hold the write lock for its whole walk of the extents
+/// (108 ms at 10M pairs, docs/benchmarks.md, fifty-second session).
+#[test]
+fn gc_passes_that_rewrites_for_the_reads_make_due_run_outside_their_writes() {
+    let vfs = FaultVfs::new(37);
+    let db = open_uncached(&vfs);
+    let model = write_scattered(&db, 37);
+    let before = db.stats();
+    read_until_rewrites_settle(&db, &model);
+    let after = db.stats();
+    assert_eq!(after.commits, before.commits, "no commit ran: {after:?}");
+    assert!(after.read_defrags > 100, "{after:?}");
+    assert!(
+        after.space_gc_passes > before.space_gc_passes,
+        "the rewrites made passes due: {before:?}\n{after:?}"
+    );
+    assert_eq!(
+        after.space_gc_passes_in_writes, before.space_gc_passes_in_writes,
+        "{before:?}\n{after:?}"
+    );
+    read_all_as_modelled(&db, &model, "after the rewrites");
+    db.check().unwrap();
+    drop(db);
+    let db = open_uncached(&vfs);
+    read_all_as_modelled(&db, &model, "after reopening");
+}
+
 /// The disk dies, then the machine crashes, at points spread over the committer's
 /// rewrites of scattered intervals for the reads. A pass of point reads (each interval
 /// missed again and again) asks for the rewrites, which the committer makes while the

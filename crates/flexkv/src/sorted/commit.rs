@@ -585,9 +585,11 @@ impl SortedStore {
     /// one still starts at the key asked for and it is still
     /// [`scattered`](super::store::scattered). The caller holds the database's commit
     /// lock, so nothing else changes the store meanwhile: a slice's intervals are read
-    /// and checked under the shared lock, which readers pass, and only written under
-    /// the write lock. Their records do not change, so neither do the index and the
-    /// cache. The space is synced once [`REWRITE_SYNC`] rewrites wait for it (see
+    /// and checked under the upgradable lock, which readers pass, a GC pass their
+    /// writes would make due is run there ([`SortedStore::collect_garbage`]: in short
+    /// write sections, not inside a rewrite under the write lock for all of its walk),
+    /// and they are written under the write lock. Their records do not change, so
+    /// neither do the index and the cache. The space is synced once [`REWRITE_SYNC`] rewrites wait for it (see
     /// [`SortedStore::sync_rewrites`]), and the cache refitted to the smaller tree.
     /// Returns how many intervals were rewritten.
     pub(crate) fn rewrite_wanted(&self, holds: &LockHolds, stop: impl Fn() -> bool) -> Result<u64> {
@@ -600,27 +602,36 @@ impl SortedStore {
                 break;
             }
             let mut read: Vec<(u64, Loaded)> = Vec::with_capacity(slice.len());
-            {
-                let st = self.state.read();
-                for key in slice {
-                    let iv = st.index.find(key);
-                    if *iv.key != **key {
-                        continue;
-                    }
-                    // The read counts the extents from the same search of the tree.
-                    let (l, extents) = self.read_interval_at(&st.space, &iv, None, None)?;
-                    if scattered(&st.space, &iv, extents) {
-                        read.push((iv.offset, l));
-                    }
+            let st = self.state.upgradable_read();
+            for key in slice {
+                let iv = st.index.find(key);
+                if *iv.key != **key {
+                    continue;
+                }
+                // The read counts the extents from the same search of the tree.
+                let (l, extents) = self.read_interval_at(&st.space, &iv, None, None)?;
+                if scattered(&st.space, &iv, extents) {
+                    read.push((iv.offset, l));
                 }
             }
             if read.is_empty() {
                 continue;
             }
-            self.locked(holds, |st| {
-                read.iter()
-                    .try_for_each(|(off, l)| st.space.rewrite(*off, l.bytes(), HEAD))
-            })?;
+            let writes = read.iter().map(|(_, l)| l.size() as u64).sum();
+            let st = self.collect_garbage(st, writes, holds)?;
+            let mut st = RwLockUpgradableReadGuard::upgrade(st);
+            let t0 = Instant::now();
+            let section = self.epoch.section();
+            let r = read
+                .iter()
+                .try_for_each(|(off, l)| st.space.rewrite(*off, l.bytes(), HEAD));
+            drop(section);
+            drop(st);
+            holds.record(t0.elapsed());
+            if r.is_err() {
+                self.broken.store(true, Ordering::Release);
+            }
+            r?;
             let n = read.len() as u64;
             self.counters.read_defrags.fetch_add(n, Ordering::Relaxed);
             done += n;
