@@ -367,27 +367,23 @@ impl SortedStore {
         // every level, took a tenth of the reader's time. Where the keyspace fits, that
         // search finds what was cached since the view, and a read that waits caches the
         // interval for the reads after it.
-        let view = self.views.get();
-        let mut missed = None;
-        if let Some(view) = &view {
+        if let Some(view) = self.views.get() {
             let at = view.index.locate(key);
             match (view.index.slot_at(at)).read_or_shortcut(|l| find_version(l, key)) {
                 Ok(found) => {
                     self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(found);
                 }
-                Err(shortcut) => missed = Some((at, shortcut)),
-            }
-        }
-        if let (Some(view), Some((at, shortcut))) = (&view, missed) {
-            if !self.would_fit(view.space.len(), view.index.len()) {
-                if let Some(found) = read_in_view(view, at, shortcut, key) {
-                    self.counters.view_reads.fetch_add(1, Ordering::Relaxed);
-                    if let Some(v) = &found {
-                        self.cache_from_view(key, v, view);
+                Err(shortcut) if !self.would_fit(view.space.len(), view.index.len()) => {
+                    if let Some(found) = read_in_view(&view, at, shortcut, key) {
+                        self.counters.view_reads.fetch_add(1, Ordering::Relaxed);
+                        if let Some(v) = &found {
+                            self.cache_from_view(key, v, &view);
+                        }
+                        return Ok(found);
                     }
-                    return Ok(found);
                 }
+                Err(_) => {}
             }
         }
         if let Some(l) = self.cache.covering(key) {
