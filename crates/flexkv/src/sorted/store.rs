@@ -1362,19 +1362,15 @@ mod tests {
         assert_eq!(kept(), SCRATCH_MOST);
     }
 
-    /// A version read from a view goes into the record cache, unless a commit began
-    /// after the view was made: that commit may have forgotten the key already, and
-    /// the version would then be older than the store's for good.
-    #[test]
-    fn a_read_from_a_view_caches_its_record_only_if_nothing_changed_since() {
+    /// A database of 20,000 pairs of 100-byte values (about 2.5 MB) committed, far past
+    /// its 64 KiB budget: the record cache is on.
+    fn past_the_cache() -> (tempfile::TempDir, Db, crate::Keyspace) {
         let dir = tempfile::tempdir().unwrap();
-        // 64 KiB of budget for about 2.5 MB of pairs: the record cache is on.
         let db = Db::builder(dir.path())
             .cache_bytes(64 << 10)
             .open()
             .unwrap();
         let ks = db.default_keyspace();
-        let key = |i: u32| format!("key{i:06}").into_bytes();
         let mut b = WriteBatch::new();
         b.durability(Durability::Buffered);
         for i in 0..20_000u32 {
@@ -1382,6 +1378,15 @@ mod tests {
         }
         db.write(b).unwrap();
         db.flush().unwrap();
+        (dir, db, ks)
+    }
+
+    /// A version read from a view goes into the record cache, unless a commit began
+    /// after the view was made: that commit may have forgotten the key already, and
+    /// the version would then be older than the store's for good.
+    #[test]
+    fn a_read_from_a_view_caches_its_record_only_if_nothing_changed_since() {
+        let (_dir, db, ks) = past_the_cache();
         let store = db.store_of(&ks);
         assert!(store.rows.capacity() > 0, "the record cache is off");
         let view = |store: &super::SortedStore| {
@@ -1421,20 +1426,7 @@ mod tests {
     /// view was made, so that search would have found it (and did, before).
     #[test]
     fn a_read_beside_the_committer_of_a_keyspace_past_the_cache_reads_the_view() {
-        let dir = tempfile::tempdir().unwrap();
-        // 64 KiB of budget for about 2.5 MB of pairs.
-        let db = Db::builder(dir.path())
-            .cache_bytes(64 << 10)
-            .open()
-            .unwrap();
-        let ks = db.default_keyspace();
-        let mut b = WriteBatch::new();
-        b.durability(Durability::Buffered);
-        for i in 0..20_000u32 {
-            b.put(&ks, &key(i), &[b'a'; 100]).unwrap();
-        }
-        db.write(b).unwrap();
-        db.flush().unwrap();
+        let (_dir, db, ks) = past_the_cache();
         let store = db.store_of(&ks);
         let k = key(12_345);
         // A read asks for a view (none yet); the committer offers one.
