@@ -579,19 +579,19 @@ impl SortedStore {
         r
     }
 
-    /// Rewrites contiguous the intervals reads asked for ([`SortedStore::wanted`]), in
-    /// key order, [`REWRITE_SLICE`] at a time, until `stop` says to (the rest are
-    /// forgotten; reads that miss them again ask again). An interval is taken only if
-    /// one still starts at the key asked for and it is still
-    /// [`scattered`](super::store::scattered). The caller holds the database's commit
-    /// lock, so nothing else changes the store meanwhile: a slice's intervals are read
-    /// and checked under the upgradable lock, which readers pass, a GC pass their
-    /// writes would make due is run there ([`SortedStore::collect_garbage`]: in short
-    /// write sections, not inside a rewrite under the write lock for all of its walk),
-    /// and they are written under the write lock. Their records do not change, so
-    /// neither do the index and the cache. The space is synced once [`REWRITE_SYNC`] rewrites wait for it (see
-    /// [`SortedStore::sync_rewrites`]), and the cache refitted to the smaller tree.
-    /// Returns how many intervals were rewritten.
+    /// Rewrites contiguous the intervals reads asked for ([`SortedStore::wanted`]), in key
+    /// order, [`REWRITE_SLICE`] at a time, until `stop` says to (the rest are forgotten;
+    /// reads that miss them again ask again). An interval is taken only if one still starts
+    /// at the key asked for and it is still [`scattered`](super::store::scattered). The
+    /// caller holds the database's commit lock, so nothing else changes the store
+    /// meanwhile: a slice's intervals are read and checked under the upgradable lock, which
+    /// readers pass, a GC pass their writes would make due is run there
+    /// ([`SortedStore::collect_garbage`]: in short write sections, not inside a rewrite
+    /// under the write lock for all of its walk), and they are written under the write
+    /// lock. Their records do not change, so neither do the index and the cache. The space
+    /// is synced once [`REWRITE_SYNC`] rewrites wait for it (see
+    /// [`SortedStore::sync_rewrites`]), and the cache refitted to the smaller tree. Returns
+    /// how many intervals were rewritten.
     pub(crate) fn rewrite_wanted(&self, holds: &LockHolds, stop: impl Fn() -> bool) -> Result<u64> {
         let keys: Vec<Box<[u8]>> = std::mem::take(&mut *self.wanted.lock())
             .into_iter()
