@@ -566,7 +566,17 @@ impl SortedStore {
         holds: &LockHolds,
         f: impl FnOnce(&mut State) -> Result<R>,
     ) -> Result<R> {
-        let mut st = self.state.write();
+        self.write_section(self.state.write(), holds, f)
+    }
+
+    /// [`SortedStore::locked`] with the write lock `st` the caller already took (by
+    /// upgrading the lock it worked out the change under).
+    fn write_section<R>(
+        &self,
+        mut st: RwLockWriteGuard<'_, State>,
+        holds: &LockHolds,
+        f: impl FnOnce(&mut State) -> Result<R>,
+    ) -> Result<R> {
         let t0 = Instant::now();
         let section = self.epoch.section();
         let r = f(&mut st);
@@ -619,19 +629,10 @@ impl SortedStore {
             }
             let writes = read.iter().map(|(_, l)| l.size() as u64).sum();
             let st = self.collect_garbage(st, writes, holds)?;
-            let mut st = RwLockUpgradableReadGuard::upgrade(st);
-            let t0 = Instant::now();
-            let section = self.epoch.section();
-            let r = read
-                .iter()
-                .try_for_each(|(off, l)| st.space.rewrite(*off, l.bytes(), HEAD));
-            drop(section);
-            drop(st);
-            holds.record(t0.elapsed());
-            if r.is_err() {
-                self.broken.store(true, Ordering::Release);
-            }
-            r?;
+            self.write_section(RwLockUpgradableReadGuard::upgrade(st), holds, |st| {
+                read.iter()
+                    .try_for_each(|(off, l)| st.space.rewrite(*off, l.bytes(), HEAD))
+            })?;
             let n = read.len() as u64;
             self.counters.read_defrags.fetch_add(n, Ordering::Relaxed);
             done += n;
