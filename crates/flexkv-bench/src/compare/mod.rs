@@ -96,6 +96,11 @@ pub struct Args {
     /// untimed, and print them on stderr and in `compare.json`.
     #[arg(long)]
     pub counters: bool,
+    /// Memory, MiB, that the harness touches and frees just before it starts each
+    /// engine's process, so that no engine's first allocations pay for the host
+    /// handing the guest's idle memory back (see [`warm_memory`]); 0: none.
+    #[arg(long, default_value_t = 2048)]
+    pub warm_mib: u64,
 }
 
 /// Options of the hidden `compare-child` command: one engine, one spec.
@@ -181,7 +186,40 @@ impl EngineRun {
     }
 }
 
-fn run_child(kind: EngineKind, spec: &Spec, base: &Path) -> EngineRun {
+/// Touches `mib` MiB of fresh anonymous memory (in huge pages where the kernel gives
+/// them) and frees it.
+///
+/// On a virtual machine that reports free memory to its host (virtio-balloon's free
+/// page reporting, as on this project's machine), memory left free for a few seconds
+/// is handed back, and the next touch of each page waits for the host to supply it
+/// again: 2 GiB took 4.7 s to touch after an idle spell and 0.1–0.3 s right after
+/// another touch. An engine's process that started after an idle moment paid that in
+/// its first phase, one that started after a memory-hungry engine did not: flexkv's
+/// 1M `fillseq` ran at 1.7M pairs/s after LMDB or a pause and 3.8M after another
+/// flexkv run (docs/benchmarks.md, fifty-third session). Memory the harness has just
+/// freed goes to the next process's first allocations, so every engine starts alike.
+/// Returns the bytes touched: best effort, a machine that cannot map them runs the
+/// engines unwarmed.
+pub fn warm_memory(mib: u64) -> usize {
+    let len = (mib << 20) as usize;
+    if len == 0 {
+        return 0;
+    }
+    let Ok(mut map) = memmap2::MmapOptions::new().len(len).map_anon() else {
+        return 0;
+    };
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    let mut touched = 0;
+    for page in map.chunks_mut(4096) {
+        page[0] = 1;
+        touched += page.len();
+    }
+    std::hint::black_box(&map);
+    touched
+}
+
+fn run_child(kind: EngineKind, spec: &Spec, base: &Path, warm_mib: u64) -> EngineRun {
     let failed = |error: String| EngineRun {
         error: Some(error),
         ..EngineRun::new(kind, spec)
@@ -198,6 +236,7 @@ fn run_child(kind: EngineKind, spec: &Spec, base: &Path) -> EngineRun {
         Err(e) => return failed(format!("cannot find this program: {e}")),
     };
     let spec_json = serde_json::to_string(spec).unwrap_or_else(|e| fail(e));
+    warm_memory(warm_mib);
     let output = Command::new(exe)
         .args([
             "compare-child",
@@ -283,7 +322,7 @@ pub fn run(args: &Args) {
                     }
                     for i in 0..engines.len() {
                         let e = (i + round) % engines.len();
-                        let run = run_child(engines[e], &spec, &base);
+                        let run = run_child(engines[e], &spec, &base, args.warm_mib);
                         if let Some(err) = &run.error {
                             eprintln!("  {:<8} stopped: {err}", engines[e].name());
                         }
@@ -296,10 +335,15 @@ pub fn run(args: &Args) {
     }
     let md = report::markdown(&report);
     let conf = report::configurations(&report);
-    println!(
-        "{md}\nConfiguration (compression off everywhere; same cache budget; every engine on \
-         mimalloc, C and C++ allocations included):\n{conf}"
+    let warm = match args.warm_mib {
+        0 => "no memory warmed before each engine".to_string(),
+        n => format!("each engine's process started right after the harness touched {n} MiB"),
+    };
+    let conf = format!(
+        "Configuration (compression off everywhere; same cache budget; every engine on \
+         mimalloc, C and C++ allocations included; {warm}):\n\n{conf}"
     );
+    println!("{md}\n{conf}");
     write_outputs(&args.out, &report, &md, &conf);
 }
 
@@ -318,11 +362,7 @@ fn write_outputs(out: &Path, report: &Report, md: &str, conf: &str) {
     write("compare.json", &json);
     write(
         "compare.md",
-        &format!(
-            "`{}`\n\n{md}\nConfiguration (every engine on mimalloc, C and C++ allocations \
-             included):\n\n{conf}",
-            report.command
-        ),
+        &format!("`{}`\n\n{md}\n{conf}", report.command),
     );
     write("compare.svg", &report::svg(report));
 }
@@ -330,6 +370,12 @@ fn write_outputs(out: &Path, report: &Report, md: &str, conf: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warming_touches_every_page_asked_for() {
+        assert_eq!(warm_memory(0), 0);
+        assert_eq!(warm_memory(3), 3 << 20);
+    }
 
     #[test]
     fn size_profiles() {
