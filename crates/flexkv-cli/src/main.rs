@@ -230,6 +230,11 @@ fn run(cli: &Cli) -> CliResult {
                     ks.range::<Vec<u8>, _>((lo, hi))
                 }
             };
+            // The store is then read no further ahead than the pairs to show.
+            let it = match limit {
+                Some(l) => it.expecting(*l),
+                None => it,
+            };
             let start = start
                 .as_ref()
                 .map(|s| cli.decode(s, "start key"))

@@ -42,7 +42,7 @@ impl Engine for Flexkv {
 
     fn scan(&self, start: &[u8], n: usize) -> EngineResult<usize> {
         // Borrowed pairs, as every other engine's scan reads them.
-        let mut it = self.ks.range(start..);
+        let mut it = self.ks.range(start..).expecting(n);
         let mut read = 0;
         while read < n {
             let Some(item) = it.next_ref() else { break };
