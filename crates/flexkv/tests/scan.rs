@@ -376,9 +376,8 @@ fn keys_only_and_lazy_iterators_match_the_full_one() {
 /// means to take: a scan of 17 pairs from an interval's first key visits fewer of the
 /// 16-pair intervals a key-order load leaves (the stats' cache hits: 3 against 4 when
 /// written) than the doubling window (16, then 32 records) does. It is a hint only: an
-/// iterator told to expect fewer pairs
-/// than there are, in either direction, with newer values and deletes still in a
-/// memtable, returns what the iterator without it does.
+/// iterator told to expect fewer pairs than there are, in either direction, with newer
+/// values and deletes still in a memtable, returns what the iterator without it does.
 #[test]
 fn an_iterator_expecting_n_pairs_reads_no_further_and_still_returns_everything() {
     let dir = tempfile::tempdir().unwrap();

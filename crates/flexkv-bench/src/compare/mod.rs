@@ -201,7 +201,9 @@ impl EngineRun {
 /// Returns the bytes touched: best effort, a machine that cannot map them runs the
 /// engines unwarmed.
 pub fn warm_memory(mib: u64) -> usize {
-    let len = (mib << 20) as usize;
+    let Ok(len) = usize::try_from(mib.saturating_mul(1 << 20)) else {
+        return 0;
+    };
     if len == 0 {
         return 0;
     }

@@ -1135,7 +1135,7 @@ impl Iter {
     /// it reads no further ahead than that: its reads of the store take no more records
     /// than are left to take (they otherwise take 16, then twice as many each time up
     /// to 256, so a scan of 20 pairs decoded and fetched 48). A hint only: the iterator
-    /// goes on past `n` pairs as usual, a few records at a time.
+    /// goes on past `n` pairs, reading the store an interval at a time.
     ///
     /// ```
     /// # fn main() -> flexkv::Result<()> {
