@@ -28,6 +28,7 @@ fn spec(threads: usize) -> Spec {
         config: EngineConfig {
             cache_bytes: 8 << 20,
             write_buffer_bytes: 4 << 20,
+            flexkv_pace_writes: false,
         },
         seed: 7,
         counters: true,

@@ -101,6 +101,10 @@ pub struct Args {
     /// handing the guest's idle memory back (see [`warm_memory`]); 0: none.
     #[arg(long, default_value_t = 2048)]
     pub warm_mib: u64,
+    /// flexkv's writers paced by its commit (`Builder::pace_writes`): shorter waits
+    /// for writes that outrun the committer, a lower measured rate for long loads.
+    #[arg(long)]
+    pub flexkv_pace_writes: bool,
 }
 
 /// Options of the hidden `compare-child` command: one engine, one spec.
@@ -286,6 +290,7 @@ pub fn run(args: &Args) {
     let config = EngineConfig {
         cache_bytes: args.cache_mib << 20,
         write_buffer_bytes: args.write_buffer_mib << 20,
+        flexkv_pace_writes: args.flexkv_pace_writes,
     };
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let command = std::env::args().collect::<Vec<_>>().join(" ");

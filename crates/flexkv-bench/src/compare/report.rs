@@ -446,6 +446,7 @@ mod tests {
             config: EngineConfig {
                 cache_bytes: 1 << 20,
                 write_buffer_bytes: 1 << 20,
+                flexkv_pace_writes: false,
             },
             runs: vec![
                 run(

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::pace::PACE_POLL;
 use super::Inner;
 use crate::memtable::{self, ChunkPool, KeyspaceId, Memtable, Value};
 use crate::sorted::commit::{Context, Update};
@@ -153,38 +154,71 @@ impl Signal {
     }
 }
 
+/// What a writer waited for before its write.
+#[derive(Clone, Copy, PartialEq)]
+enum Waited {
+    /// The active memtable full while another is frozen.
+    Stall,
+    /// The active memtable ahead of the commit ([`CommitPace::limit`](super::pace::CommitPace::limit)).
+    Pace,
+}
+
 impl Inner {
     /// Called before a write: freezes a full active memtable, or waits while the
-    /// active one is full and another is still being committed.
+    /// active one is full and another is still being committed, or while the active
+    /// one has filled too far ahead of that commit ([`CommitPace::limit`](super::pace::CommitPace::limit)).
     pub(crate) fn make_room(&self) -> Result<()> {
-        let mut waited: Option<Instant> = None;
+        let mut waited: Option<(Instant, Waited)> = None;
         let r = loop {
             self.check_writable()?;
-            let (full, frozen) = {
+            let (fill, frozen) = {
                 let t = self.tables.read();
-                (t.active.full(self.opts.memtable_size), t.frozen.len())
+                let fill = if t.active.full(self.opts.memtable_size) {
+                    None
+                } else {
+                    Some(t.active.fill(self.opts.memtable_size))
+                };
+                (fill, t.frozen.len())
             };
-            if !full {
-                break Ok(());
+            let why = match (fill, frozen) {
+                (Some(_), 0) => break Ok(()),
+                (Some(_), _) if !self.opts.pace_writes => break Ok(()),
+                (Some(fill), _) => {
+                    if fill <= self.pace.limit(Instant::now()) {
+                        break Ok(());
+                    }
+                    Waited::Pace
+                }
+                (None, n) if n < MAX_FROZEN => break self.freeze(true),
+                _ => Waited::Stall,
+            };
+            self.pace.held();
+            // A write that had to wait for a full memtable counts as a stall.
+            match &mut waited {
+                Some((_, w)) if why == Waited::Stall => *w = why,
+                Some(_) => {}
+                None => waited = Some((Instant::now(), why)),
             }
-            if frozen < MAX_FROZEN {
-                break self.freeze(true);
-            }
-            waited.get_or_insert_with(Instant::now);
             let mut flags = self.signal.state.lock();
             if flags.shutdown {
                 break Err(Error::Closed);
             }
             if self.tables.read().frozen.len() >= MAX_FROZEN {
-                self.signal
-                    .cond
-                    .wait_for(&mut flags, Duration::from_millis(100));
+                let wait = match why {
+                    Waited::Stall => Duration::from_millis(100),
+                    Waited::Pace => PACE_POLL,
+                };
+                self.signal.cond.wait_for(&mut flags, wait);
             }
         };
-        if let Some(t0) = waited {
+        if let Some((t0, why)) = waited {
             let us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
-            self.stats.stalls.fetch_add(1, Ordering::Relaxed);
-            self.stats.stall_micros.fetch_add(us, Ordering::Relaxed);
+            let (count, micros) = match why {
+                Waited::Stall => (&self.stats.stalls, &self.stats.stall_micros),
+                Waited::Pace => (&self.stats.delays, &self.stats.delay_micros),
+            };
+            count.fetch_add(1, Ordering::Relaxed);
+            micros.fetch_add(us, Ordering::Relaxed);
         }
         r
     }
@@ -391,6 +425,7 @@ impl Inner {
         let _commit = self.applying.lock();
         // Every batch of the memtable is in it before it is read.
         self.vis.wait_visible(last_seq);
+        self.pace.begin(table.len() as u64, Instant::now());
         // Records pointing into the value log may change: the manifest's counts are
         // unknown until the commit is durable (a crash in between recounts on open).
         if table.has_separated() || !self.vlog.store_counts().is_empty() {
@@ -402,6 +437,7 @@ impl Inner {
             vlog: &self.vlog,
             snapshots: &self.snapshots,
             holds: &self.holds,
+            pace: &self.pace,
         };
         let mut touched = Vec::new();
         for ks in table.keyspaces() {
@@ -414,6 +450,7 @@ impl Inner {
             )?;
             touched.push(store);
         }
+        self.pace.all_applied(Instant::now());
         self.vlog.sync()?; // history records written during the commit
         for store in &touched {
             store.sync()?;
@@ -432,6 +469,9 @@ impl Inner {
         {
             let mut t = self.tables.write();
             t.frozen.pop_front();
+            // Under the lock, so a writer never sees the next frozen memtable with
+            // this one's progress.
+            self.pace.end(Instant::now());
             t.generation += 1;
             self.tables_generation
                 .store(t.generation, Ordering::Release);

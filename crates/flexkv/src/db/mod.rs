@@ -14,6 +14,7 @@ mod commit;
 mod gc;
 mod manifest;
 mod options;
+pub(crate) mod pace;
 mod read;
 mod stats;
 mod write;
@@ -157,6 +158,8 @@ struct Counters {
     commits: AtomicU64,
     stalls: AtomicU64,
     stall_micros: AtomicU64,
+    delays: AtomicU64,
+    delay_micros: AtomicU64,
     read_ahead: AtomicU64,
 }
 
@@ -189,6 +192,8 @@ pub(crate) struct Inner {
     flushing: Mutex<()>,
     /// Held while keyspace records change: by a commit, and by GC's write-back.
     applying: Mutex<()>,
+    /// The progress of the commit running now, which writers pace themselves by.
+    pace: pace::CommitPace,
     gc: gc::Gc,
     /// Threads for scans' value reads ahead, started on first use.
     readers: Readers,
@@ -362,6 +367,7 @@ impl Db {
             handles: AtomicU64::new(0),
             flushing: Mutex::new(()),
             applying: Mutex::new(()),
+            pace: pace::CommitPace::default(),
             gc: gc::Gc::default(),
             readers: Readers::new(scan_read_threads),
             vlog,

@@ -71,6 +71,7 @@ pub struct Options {
     pub(crate) scan_read_threads: usize,
     pub(crate) scan_reads_slow: bool,
     pub(crate) poll_syncs: bool,
+    pub(crate) pace_writes: bool,
 }
 
 /// Value-log garbage collection settings ([`Builder::gc`]); set fields with
@@ -157,6 +158,7 @@ impl Default for Options {
                 .clamp(1, 8),
             scan_reads_slow: false,
             poll_syncs: true,
+            pace_writes: false,
         }
     }
 }
@@ -332,6 +334,23 @@ impl Builder {
     /// more CPU per put; turn it off where CPU time counts for more than write latency.
     pub fn poll_syncs(mut self, yes: bool) -> Self {
         self.opts.poll_syncs = yes;
+        self
+    }
+
+    /// Whether writers that outrun the committer are paced by it (default: false).
+    /// Unpaced, a writer fills the active memtable at full speed while the frozen one
+    /// is committed, and then waits for the rest of that commit: at 10M pairs up to a
+    /// second, the longest write latency by far. Paced, once writers have had to wait
+    /// during a commit, each write waits a little whenever the active memtable runs
+    /// ahead of the commit's progress, so the waits are many and short; a burst that
+    /// the two memtables hold is never paced. Measured on a load of 10M pairs on two
+    /// cores (batches of 1,000): p99.9 batch latency 128–147 ms instead of 587–789 ms,
+    /// p99 8.7–10.2 ms instead of 2.9–3.3 ms, and 0.85 times the rate (the writer
+    /// then shares the cores with the commit throughout, where unpaced it leaves them
+    /// to the commit's helper threads while it waits). See the design's "Writers
+    /// paced by the commit".
+    pub fn pace_writes(mut self, yes: bool) -> Self {
+        self.opts.pace_writes = yes;
         self
     }
 

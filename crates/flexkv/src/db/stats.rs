@@ -38,11 +38,16 @@ pub struct Stats {
     pub frozen_memtables: u64,
     /// Memtables the committer has applied to the sorted keyspaces.
     pub commits: u64,
-    /// Writes that waited for the committer because two memtables were full, and the
-    /// microseconds they waited in all.
+    /// Writes that waited for the committer because two memtables were full.
     pub write_stalls: u64,
-    /// Microseconds writers spent waiting for the committer.
+    /// Microseconds those writes waited in all.
     pub write_stall_micros: u64,
+    /// Writes that waited a little, while a memtable was being committed, because the
+    /// active memtable had filled further ahead of the commit's progress than writers
+    /// may run (the design's "Writers paced by the commit").
+    pub write_delays: u64,
+    /// Microseconds those writes waited in all.
+    pub write_delay_micros: u64,
     /// Keys whose new versions the committer applied.
     pub pairs_committed: u64,
     /// Versions written to the value log as history for snapshots.
@@ -221,6 +226,8 @@ impl Inner {
             commits: get(&c.commits),
             write_stalls: get(&c.stalls),
             write_stall_micros: get(&c.stall_micros),
+            write_delays: get(&c.delays),
+            write_delay_micros: get(&c.delay_micros),
             pairs_committed: sum(&|s| get(&s.counters.pairs_committed)),
             history_records: sum(&|s| get(&s.counters.history_written)),
             cache_hits: sum(&|s| get(&s.counters.cache_hits)),

@@ -80,6 +80,15 @@ impl HashIndex {
             || self.overflow.load(Ordering::Relaxed)
     }
 
+    /// How near [`HashIndex::full`] the table is: 0 empty, 1 full (or overflowed).
+    pub(super) fn fill(&self) -> f64 {
+        if self.overflow.load(Ordering::Relaxed) {
+            return 1.0;
+        }
+        let used = (self.len.load(Ordering::Relaxed) * LOAD.1) as f64;
+        (used / (self.slots.len() * LOAD.0) as f64).min(1.0)
+    }
+
     /// Asks the processor for the line of the first slot of the key hashed `hash`, so
     /// that an [`insert`](Self::insert) of it a little later does not wait for it.
     pub(super) fn prefetch(&self, hash: u64) {

@@ -350,6 +350,11 @@ impl List {
         self.index.full()
     }
 
+    /// How near [`List::index_full`] the hash index is, from 0 to 1.
+    pub(crate) fn index_fill(&self) -> f64 {
+        self.index.fill()
+    }
+
     /// The newest version of `key` (of any sequence), as the hash index knows it.
     pub(crate) fn newest(&self, ks: KeyspaceId, key: &[u8], hash: u64) -> Newest<'_> {
         match self.index.find(hash, |w| self.node_at(w).holds(ks, key)) {

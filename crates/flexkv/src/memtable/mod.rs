@@ -230,6 +230,13 @@ impl Memtable {
         self.approximate_bytes() >= budget || self.list.index_full()
     }
 
+    /// How near [`Memtable::full`] it is, from 0 (empty) to 1 (full): the larger of its
+    /// share of `budget` and of its hash index's room.
+    pub(crate) fn fill(&self, budget: usize) -> f64 {
+        let bytes = self.approximate_bytes() as f64 / budget.max(1) as f64;
+        bytes.max(self.list.index_fill()).min(1.0)
+    }
+
     /// Bytes of the hash index.
     pub(crate) fn index_bytes(&self) -> usize {
         self.list.index_bytes()

@@ -21,6 +21,7 @@ use super::index::{separator, Interval};
 use super::interval::Loaded;
 use super::record::{Record, RecordValue};
 use super::store::{scattered, sync_space, SortedStore, State, HEAD};
+use crate::db::pace::CommitPace;
 use crate::memtable::{Value, Versions};
 use crate::mvcc::Snapshots;
 use crate::space::{FlexSpace, Placement};
@@ -67,6 +68,9 @@ pub(crate) struct Context<'a> {
     pub(crate) vlog: &'a ValueLog,
     pub(crate) snapshots: &'a Snapshots,
     pub(crate) holds: &'a LockHolds,
+    /// The commit's progress, which each slice adds its versions to once its edits
+    /// are made (writers are paced by it: `db/pace.rs`).
+    pub(crate) pace: &'a CommitPace,
 }
 
 /// How long the committer held keyspace write locks: a log2 histogram in microseconds.
@@ -221,7 +225,11 @@ impl SortedStore {
                 done
             });
             match done {
-                Ok(read) => read_many = read >= PARALLEL_READS,
+                Ok(read) => {
+                    read_many = read >= PARALLEL_READS;
+                    let versions = slice.iter().map(|u| u.versions.len() as u64).sum();
+                    cx.pace.applied(versions, Instant::now());
+                }
                 Err(e) => {
                     self.broken.store(true, Ordering::Release);
                     self.views.retire();

@@ -17,6 +17,7 @@ pub(super) fn open(dir: &Path, config: &EngineConfig) -> EngineResult<Box<dyn En
     let db = Db::builder(dir)
         .cache_bytes(config.cache_bytes as usize)
         .memtable_size(config.write_buffer_bytes as usize)
+        .pace_writes(config.flexkv_pace_writes)
         .open()
         .map_err(text)?;
     let ks = db.default_keyspace();

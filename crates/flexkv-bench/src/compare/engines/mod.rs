@@ -57,6 +57,9 @@ pub struct EngineConfig {
     pub cache_bytes: u64,
     /// Bytes of memtable / write buffer, where an engine has one.
     pub write_buffer_bytes: u64,
+    /// flexkv only: writers paced by the commit (`Builder::pace_writes`).
+    #[serde(default)]
+    pub flexkv_pace_writes: bool,
 }
 
 /// The engines the harness knows.
@@ -132,7 +135,12 @@ impl EngineKind {
                 "Buffered batches (WAL, group commit, no fsync per write), Db::sync at phase end; \
                  interval cache, record cache (half the caches' share once the keyspace \
                  outgrows the interval cache) and in-memory indexes {cache} MiB together, \
-                 memtable {wb} MiB; values > 4 KiB separated; GC on"
+                 memtable {wb} MiB; values > 4 KiB separated; GC on{}",
+                if config.flexkv_pace_writes {
+                    "; writers paced by the commit"
+                } else {
+                    ""
+                }
             ),
             EngineKind::Rocksdb => format!(
                 "WAL on, sync=false, flush_wal(true) at phase end; LRU block cache {cache} MiB, \
