@@ -199,6 +199,7 @@ impl Memtable {
                 ks: *ks,
                 hash: key_hash(*ks, key),
                 key,
+                prefix: list::prefix_of(key),
                 seq,
                 kind,
                 value,
