@@ -159,14 +159,16 @@ impl Signal {
 enum Waited {
     /// The active memtable full while another is frozen.
     Stall,
-    /// The active memtable ahead of the commit ([`CommitPace::limit`](super::pace::CommitPace::limit)).
+    /// The active memtable ahead of the commit
+    /// ([`CommitPace::limit`](super::pace::CommitPace::limit)).
     Pace,
 }
 
 impl Inner {
     /// Called before a write: freezes a full active memtable, or waits while the
-    /// active one is full and another is still being committed, or while the active
-    /// one has filled too far ahead of that commit ([`CommitPace::limit`](super::pace::CommitPace::limit)).
+    /// active one is full and another is still being committed, or (with
+    /// `pace_writes`) while the active one has filled too far ahead of that commit
+    /// ([`CommitPace::limit`](super::pace::CommitPace::limit)).
     pub(crate) fn make_room(&self) -> Result<()> {
         let mut waited: Option<(Instant, Waited)> = None;
         let r = loop {

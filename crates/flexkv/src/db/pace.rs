@@ -15,7 +15,7 @@
 //!
 //! The commit's progress is the share of the frozen memtable's versions applied, slice
 //! by slice, and then, for what follows the last slice (the syncs, the manifest, the
-//! WAL's removal: 40–150 ms at 10M pairs), the time since as a share of what that part
+//! WAL's removal: 40–230 ms at 10M pairs), the time since as a share of what that part
 //! took in the last commits. Both are weighed by how the last commits' time divided
 //! between them.
 

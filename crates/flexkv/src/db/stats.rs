@@ -44,7 +44,8 @@ pub struct Stats {
     pub write_stall_micros: u64,
     /// Writes that waited a little, while a memtable was being committed, because the
     /// active memtable had filled further ahead of the commit's progress than writers
-    /// may run (the design's "Writers paced by the commit").
+    /// may run: only with [`Builder::pace_writes`](crate::Builder::pace_writes) (the
+    /// design's "Writers paced by the commit").
     pub write_delays: u64,
     /// Microseconds those writes waited in all.
     pub write_delay_micros: u64,

@@ -729,7 +729,7 @@ impl FlexSpace {
 
     /// Reads like [`read_self_checked_while`](Self::read_self_checked_while) from
     /// `spot`, a range of `buf.len()` bytes that a read found there, with no search of
-    /// the tree; `more` is asked after every [`SPOT_STEP`] bytes (with a window; else
+    /// the tree; `more` is asked after every `SPOT_STEP` bytes (with a window; else
     /// once, after one read of the whole range). Returns how many
     /// bytes were filled, or `None` (nothing read) if the spot's segment has been freed
     /// since, when its bytes may no longer be the range's. See [`Spot`] for what the

@@ -24,8 +24,8 @@ use crate::flextree::FlexTree;
 use crate::io::{VfsFile, Window};
 use crate::Result;
 
-/// A read-only copy of a [`FlexSpace`] at one moment ([`FlexSpace::view`]). See the
-/// [module documentation](self).
+/// A read-only copy of a [`FlexSpace`] at one moment ([`FlexSpace::view`]); the
+/// comments of `space/view.rs` say how its bytes are kept while it lives.
 pub struct SpaceView {
     tree: FlexTree,
     data: Arc<dyn VfsFile>,

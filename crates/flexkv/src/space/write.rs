@@ -546,7 +546,7 @@ impl FlexSpace {
     }
 
     /// Whether a GC pass is due now, or will be once `ahead` more bytes are written and
-    /// none freed: the test every change makes first ([`FlexSpace::make_room_for`]), so
+    /// none freed: the test every change makes first (`FlexSpace::make_room_for`), so
     /// that a caller can run the pass before the changes, in steps
     /// ([`gc_plan`](Self::gc_plan)), and not inside one of them. Segments count as used
     /// whole, so what counts is how many the bytes open past the open one's room.
@@ -567,7 +567,7 @@ impl FlexSpace {
     }
 
     /// Works out a GC pass with shared access to the space: picks its victims (as
-    /// [`FlexSpace::gc_pass`] does), finds every piece of data they hold by one walk of
+    /// `FlexSpace::gc_pass` does), finds every piece of data they hold by one walk of
     /// the tree's extents, and reads the pieces. `None`: no segment is worth a pass.
     /// The walk passes every extent (0.2 s at 3M), which is why it is done here, where
     /// readers may share the space, and not under exclusive access.
