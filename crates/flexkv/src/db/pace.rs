@@ -182,6 +182,19 @@ mod tests {
         }
     }
 
+    /// A database of [`MEMTABLE`] memtables, pacing writers if `pace`, whose writers
+    /// waited during the last commit, as if they outran it.
+    fn outrun(dir: &std::path::Path, pace: bool) -> crate::Db {
+        let db = crate::Db::builder(dir)
+            .memtable_size(MEMTABLE)
+            .pace_writes(pace)
+            .open()
+            .unwrap();
+        db.inner.pace.held();
+        db.inner.pace.end(Instant::now());
+        db
+    }
+
     /// Waits up to 30 s for `cond`.
     fn wait_for(what: &str, cond: impl Fn() -> bool) {
         let t0 = Instant::now();
@@ -195,14 +208,7 @@ mod tests {
     fn a_paced_writer_waits_for_the_commit_before_the_active_memtable_fills() {
         for pace in [true, false] {
             let dir = tempfile::tempdir().unwrap();
-            let db = crate::Db::builder(dir.path())
-                .memtable_size(MEMTABLE)
-                .pace_writes(pace)
-                .open()
-                .unwrap();
-            // Writers waited during the last commit, as if they outran it.
-            db.inner.pace.held();
-            db.inner.pace.end(Instant::now());
+            let db = outrun(dir.path(), pace);
             // The committer cannot start the next commit: its progress stays 0.
             let holding = db.inner.applying.lock();
             std::thread::scope(|scope| {
@@ -249,13 +255,7 @@ mod tests {
     #[test]
     fn paced_writers_on_several_threads_all_finish_and_every_write_lands() {
         let dir = tempfile::tempdir().unwrap();
-        let db = crate::Db::builder(dir.path())
-            .memtable_size(MEMTABLE)
-            .pace_writes(true)
-            .open()
-            .unwrap();
-        db.inner.pace.held();
-        db.inner.pace.end(Instant::now());
+        let db = outrun(dir.path(), true);
         std::thread::scope(|scope| {
             for t in 0..4 {
                 let db = &db;
