@@ -173,26 +173,24 @@ impl Inner {
         let mut waited: Option<(Instant, Waited)> = None;
         let r = loop {
             self.check_writable()?;
-            let (fill, frozen) = {
+            let (full, frozen, fill) = {
                 let t = self.tables.read();
-                let fill = if t.active.full(self.opts.memtable_size) {
-                    None
-                } else {
-                    Some(t.active.fill(self.opts.memtable_size))
-                };
-                (fill, t.frozen.len())
+                let full = t.active.full(self.opts.memtable_size);
+                // The fill is worked out only where a writer may be paced.
+                let paced = self.opts.pace_writes && !full && !t.frozen.is_empty();
+                let fill = paced.then(|| t.active.fill(self.opts.memtable_size));
+                (full, t.frozen.len(), fill)
             };
-            let why = match (fill, frozen) {
-                (Some(_), 0) => break Ok(()),
-                (Some(_), _) if !self.opts.pace_writes => break Ok(()),
-                (Some(fill), _) => {
+            let why = match (full, fill) {
+                (false, None) => break Ok(()),
+                (false, Some(fill)) => {
                     if fill <= self.pace.limit(Instant::now()) {
                         break Ok(());
                     }
                     Waited::Pace
                 }
-                (None, n) if n < MAX_FROZEN => break self.freeze(true),
-                _ => Waited::Stall,
+                (true, _) if frozen < MAX_FROZEN => break self.freeze(true),
+                (true, _) => Waited::Stall,
             };
             self.pace.held();
             // A write that had to wait for a full memtable counts as a stall.

@@ -74,20 +74,15 @@ impl CommitPace {
     pub(crate) fn applied(&self, versions: u64, now: Instant) {
         let mut s = self.0.lock();
         s.done += versions;
-        if let Some((_, total)) = s.running {
-            if s.done >= total && s.applied_at.is_none() {
-                s.applied_at = Some(now);
-            }
+        if s.running.is_some_and(|(_, total)| s.done >= total) {
+            s.mark_applied(now);
         }
     }
 
     /// Every version is applied (if `applied` has not seen the last of them: equal
     /// versions of a key are applied as one).
     pub(crate) fn all_applied(&self, now: Instant) {
-        let mut s = self.0.lock();
-        if s.running.is_some() && s.applied_at.is_none() {
-            s.applied_at = Some(now);
-        }
+        self.0.lock().mark_applied(now);
     }
 
     /// A writer waited for the commit (for room, or paced).
@@ -123,28 +118,42 @@ impl CommitPace {
     /// memtable is frozen: [`limit`] of the commit's progress if writers are paced,
     /// else 1.
     pub(crate) fn limit(&self, now: Instant) -> f64 {
-        if !self.0.lock().held_last {
+        let s = self.0.lock();
+        if !s.held_last {
             return 1.0;
         }
-        limit(self.progress(now))
+        limit(s.progress(now))
+    }
+
+    #[cfg(test)]
+    fn progress(&self, now: Instant) -> f64 {
+        self.0.lock().progress(now)
+    }
+}
+
+impl State {
+    /// The running commit's last version is applied now, unless marked before.
+    fn mark_applied(&mut self, now: Instant) {
+        if self.running.is_some() && self.applied_at.is_none() {
+            self.applied_at = Some(now);
+        }
     }
 
     /// The running commit's progress at `now`, from 0 to 1 (0 if none has begun).
     fn progress(&self, now: Instant) -> f64 {
-        let s = self.0.lock();
-        let Some((_, total)) = s.running else {
+        let Some((_, total)) = self.running else {
             return 0.0;
         };
-        let applied = if total == 0 || s.applied_at.is_some() {
+        let applied = if total == 0 || self.applied_at.is_some() {
             1.0
         } else {
-            (s.done as f64 / total as f64).min(1.0)
+            (self.done as f64 / total as f64).min(1.0)
         };
-        let Some((share, rest)) = s.last else {
+        let Some((share, rest)) = self.last else {
             // No commit measured yet: the versions alone.
             return applied;
         };
-        let after = match s.applied_at {
+        let after = match self.applied_at {
             Some(at) if !rest.is_zero() => {
                 let since = now.saturating_duration_since(at).as_secs_f64();
                 (since / rest.as_secs_f64()).min(1.0)
