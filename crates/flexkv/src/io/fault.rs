@@ -111,6 +111,10 @@ struct Inode {
     durable: Vec<u8>,
     current: Vec<u8>,
     unsynced: Vec<FileOp>,
+    /// The ranges [`VfsFile::start_writeback`] was asked for, in order: a hint that
+    /// changes nothing a crash may leave, kept only for tests to read
+    /// ([`FaultVfs::writebacks`]).
+    writebacks: Vec<(u64, u64)>,
 }
 
 enum DirOp {
@@ -436,7 +440,7 @@ impl FaultVfs {
                 let inode = Inode {
                     durable: content.clone(),
                     current: content,
-                    unsynced: Vec::new(),
+                    ..Inode::default()
                 };
                 inodes.insert(ino, inode);
             }
@@ -457,6 +461,17 @@ impl FaultVfs {
         let s = self.state.lock();
         let ino = s.names.get(path)?;
         s.inodes.get(ino).map(|i| i.current.clone())
+    }
+
+    /// The ranges (offset, length) whose write-back was asked for on the file at `path`
+    /// ([`VfsFile::start_writeback`]) since it was created or the last crash, in order.
+    /// For tests.
+    pub fn writebacks(&self, path: &Path) -> Vec<(u64, u64)> {
+        let s = self.state.lock();
+        let ino = s.names.get(path);
+        ino.and_then(|ino| s.inodes.get(ino))
+            .map(|i| i.writebacks.clone())
+            .unwrap_or_default()
     }
 
     /// Replaces the content of the file at `path`, durably and without counting an
@@ -729,6 +744,18 @@ impl VfsFile for FaultFile {
 
     fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
         self.mutate("punch_hole", FileOp::Punch { offset, len })
+    }
+
+    /// Notes the range for [`FaultVfs::writebacks`], and nothing else: not an operation
+    /// (it neither counts nor fails), since a crash may keep or lose unsynced writes
+    /// whether or not their write-back was started.
+    fn start_writeback(&self, offset: u64, len: u64) {
+        let mut s = self.state.lock();
+        if s.generation == self.generation {
+            if let Some(inode) = s.inodes.get_mut(&self.ino) {
+                inode.writebacks.push((offset, len));
+            }
+        }
     }
 
     fn sync(&self) -> Result<()> {

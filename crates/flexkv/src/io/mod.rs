@@ -69,6 +69,16 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     fn lock(&self, path: &Path) -> Result<FileLock>;
 }
 
+/// How many bytes an append-only writer (the space's segments, the value log) lets
+/// pile up before it starts their write-back ([`VfsFile::start_writeback`]), as
+/// RocksDB's `bytes_per_sync` does. Without it, a commit's sync found everything the
+/// commit wrote still in memory and waited while the device took it all: a 1M-pair
+/// SYS `fillseq` (64 MiB per commit) had its writer waiting 0.55 s of 0.9 s for those
+/// syncs. Started early, the write-back runs while the writer goes on, and the sync
+/// waits for the rest. 4 MiB (a space segment) was faster than 256 KiB, 1 MiB and
+/// 16 MiB (docs/benchmarks.md, fifty-fifth session).
+pub(crate) const WRITEBACK_EVERY: u64 = 4 << 20;
+
 /// An open file. All offsets are absolute (positional I/O); handles are shared between
 /// threads freely.
 pub trait VfsFile: Send + Sync + fmt::Debug {
@@ -112,6 +122,15 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     fn allocate(&self, len: u64) -> Result<()> {
         let _ = len;
         Ok(())
+    }
+
+    /// Asks the system to start writing `[offset, offset + len)` back to the device now,
+    /// without waiting for it, so that a later [`sync`](Self::sync) finds less to
+    /// write and wait for. Only a hint: it promises nothing about durability (a crash
+    /// may keep or lose any of these bytes until `sync` returns), and a failure is
+    /// ignored, since a write-back that goes wrong is reported by the `sync` after it.
+    fn start_writeback(&self, offset: u64, len: u64) {
+        let _ = (offset, len);
     }
 
     /// Whether the file is empty.

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::crc::{self, BlockSum};
-use crate::io::VfsFile;
+use crate::io::{VfsFile, WRITEBACK_EVERY};
 use crate::Result;
 
 /// A segment's state.
@@ -61,6 +61,10 @@ pub(crate) struct Segments {
     /// since (the file is never truncated; freed segments are punched out, which keeps
     /// the length).
     file_len: u64,
+    /// Bytes of the data file written whose write-back was not started yet, as one
+    /// range ([`Segments::wrote`]): a commit ends with the data file's sync, which
+    /// then finds most of what the commit wrote on its way to the device.
+    unstarted: std::ops::Range<u64>,
 }
 
 impl Segments {
@@ -88,6 +92,7 @@ impl Segments {
             sums: Vec::new(),
             opened: vec![0; count],
             file_len,
+            unstarted: 0..0,
         }
     }
 
@@ -164,10 +169,35 @@ impl Segments {
         if new.is_empty() {
             return Ok(0);
         }
-        file.write_at(new, seg * self.size + self.flushed as u64)?;
+        let at = seg * self.size + self.flushed as u64;
+        let len = new.len() as u64;
+        file.write_at(new, at)?;
         self.flushed = self.buf.len();
-        self.file_len = self.file_len.max(seg * self.size + self.flushed as u64);
-        Ok(new.len() as u64)
+        self.file_len = self.file_len.max(at + len);
+        self.wrote(file, at, len);
+        Ok(len)
+    }
+
+    /// Notes `len` bytes written at `at`, and starts the write-back of what was written
+    /// once [`WRITEBACK_EVERY`] bytes of it lie end to end, or when a write lands
+    /// elsewhere (another segment opened).
+    fn wrote(&mut self, file: &dyn VfsFile, at: u64, len: u64) {
+        if self.unstarted.end != at {
+            self.start_writeback(file);
+            self.unstarted = at..at;
+        }
+        self.unstarted.end += len;
+        if self.unstarted.end - self.unstarted.start >= WRITEBACK_EVERY {
+            self.start_writeback(file);
+        }
+    }
+
+    fn start_writeback(&mut self, file: &dyn VfsFile) {
+        let end = self.unstarted.end;
+        let r = std::mem::replace(&mut self.unstarted, end..end);
+        if !r.is_empty() {
+            file.start_writeback(r.start, r.end - r.start);
+        }
     }
 
     /// Takes the checksums of the open segment's blocks written since the last call.
@@ -342,5 +372,60 @@ impl Segments {
     pub(crate) fn totals(&self) -> (u64, u64) {
         let used = (self.state.len() - self.free) as u64 * self.size;
         (self.live_total, used)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::io::{FaultVfs, OpenMode, Vfs};
+
+    const MIB: u64 = 1 << 20;
+
+    /// Appends `bytes` to the open segment 64 KiB at a time, flushing after each piece
+    /// (as the space does every `WRITE_BEHIND` bytes).
+    fn fill(segs: &mut Segments, file: &dyn VfsFile, bytes: u64) {
+        let piece = [7u8; 64 << 10];
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(piece.len() as u64) as usize;
+            segs.append(&piece[..n]);
+            segs.flush(file).unwrap();
+            left -= n as u64;
+        }
+    }
+
+    #[test]
+    fn write_back_starts_every_few_mebibytes_and_where_writes_jump() {
+        let vfs = FaultVfs::new(1);
+        vfs.create_dir_all(Path::new("/db")).unwrap();
+        let path = Path::new("/db/data");
+        let file = vfs.open(path, OpenMode::CreateNew).unwrap();
+        // Segments of 1 MiB, all holding data but the second.
+        let mut live = vec![1; 8];
+        live[1] = 0;
+        let mut segs = Segments::new(MIB, 8 * MIB, live);
+        assert_eq!(segs.open_next(), 1);
+        fill(&mut segs, &*file, MIB);
+        assert_eq!(vfs.writebacks(path), [], "1 MiB end to end waits for more");
+        segs.close_open(&*file).unwrap();
+        // No segment is free now: the next one is new, at the file's end, so the
+        // writes jump, and what lay end to end before the jump is started first.
+        assert_eq!(segs.open_next(), 8);
+        fill(&mut segs, &*file, 64 << 10);
+        assert_eq!(vfs.writebacks(path), [(MIB, MIB)]);
+        fill(&mut segs, &*file, MIB - (64 << 10));
+        for seg in 9..=12 {
+            segs.close_open(&*file).unwrap();
+            assert_eq!(segs.open_next(), seg);
+            fill(&mut segs, &*file, MIB);
+        }
+        // Segments 8 to 12 lie end to end: their first WRITEBACK_EVERY bytes are
+        // started once they are written, the last MiB waits.
+        assert_eq!(WRITEBACK_EVERY, 4 * MIB);
+        assert_eq!(vfs.writebacks(path), [(MIB, MIB), (8 * MIB, 4 * MIB)]);
+        assert_eq!(vfs.contents(path).unwrap().len() as u64, 13 * MIB);
     }
 }

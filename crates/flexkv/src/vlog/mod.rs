@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use smallvec::{smallvec, SmallVec};
 
-use crate::io::{Mapped, Numbered, OpenMode, Vfs, VfsFile};
+use crate::io::{Mapped, Numbered, OpenMode, Vfs, VfsFile, WRITEBACK_EVERY};
 use crate::memtable::KeyspaceId;
 use crate::{Error, Result};
 use record::{Header, HEADER_LEN};
@@ -90,6 +90,8 @@ struct Active {
     synced: bool,
     /// How much of the segment its mapping covers (0: none yet).
     mapped: u64,
+    /// How far the segment's write-back has been started ([`WRITEBACK_EVERY`]).
+    started: u64,
 }
 
 /// After a sync, the active segment is extended with zeros to this far past its end
@@ -347,6 +349,7 @@ impl ValueLog {
                     allocated: len,
                     synced: true,
                     mapped: len,
+                    started: len,
                 }
             }
             None => {
@@ -360,6 +363,7 @@ impl ValueLog {
                     allocated: 0,
                     synced: true,
                     mapped: 0,
+                    started: 0,
                 }
             }
         };
@@ -451,6 +455,10 @@ impl ValueLog {
         a.allocated = a.allocated.max(a.len);
         a.synced = false;
         let id = a.id;
+        if a.len - a.started >= WRITEBACK_EVERY {
+            a.file.start_writeback(a.started, a.len - a.started);
+            a.started = a.len;
+        }
         if a.len - a.mapped >= MAP_STEP.max(a.len / 8) {
             // Bytes below `len` never change: appends go past it, and open cuts only
             // past the last whole record.
@@ -509,6 +517,7 @@ impl ValueLog {
             allocated: 0,
             synced: true,
             mapped: 0,
+            started: 0,
         };
         Ok(())
     }

@@ -427,3 +427,45 @@ fn syncs_reserve_zeros_that_sealing_and_open_cut_away() {
         );
     }
 }
+
+#[test]
+fn write_back_of_a_segment_starts_every_few_mebibytes_of_values() {
+    let vfs = FaultVfs::new(11);
+    let log = open(&vfs, 64 << 20);
+    let path = Path::new(DIR).join(segment_name(1));
+    let v = vec![5u8; 64 << 10];
+    // Where the segment ended each time a write-back was started.
+    let mut ends = Vec::new();
+    let mut end = 0;
+    for i in 0..200u64 {
+        let key = format!("key{i}");
+        let nv = NewValue {
+            ks: 0,
+            key: key.as_bytes(),
+            seq: i,
+            value: &v,
+        };
+        let p = log.append(&[nv]).unwrap()[0];
+        end = p.offset + u64::from(p.len) + (HEADER_LEN + key.len()) as u64;
+        if vfs.writebacks(&path).len() > ends.len() {
+            ends.push(end);
+        }
+    }
+    // Each start covers what was appended since the last one, from the segment's
+    // start on, as soon as that reached WRITEBACK_EVERY (so within a record of it).
+    let starts = vfs.writebacks(&path);
+    assert_eq!(starts.len(), 3, "{end} bytes appended: {starts:?}");
+    let mut from = 0;
+    for (&(offset, len), &upto) in starts.iter().zip(&ends) {
+        assert_eq!((offset, offset + len), (from, upto));
+        assert!(
+            (WRITEBACK_EVERY..WRITEBACK_EVERY + (65 << 10)).contains(&len),
+            "{len}"
+        );
+        from = upto;
+    }
+    assert!(
+        end - from < WRITEBACK_EVERY,
+        "{end} appended, {from} started"
+    );
+}
