@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use flexkv::flextree::FlexTreeOptions;
 use flexkv::io::{CrashMode, FaultVfs, Vfs};
-use flexkv::space::{FlexSpace, Placement, SpaceOptions, Spot};
+use flexkv::space::{FlexSpace, SpaceOptions, Spot};
 use flexkv::Error;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -1155,98 +1155,6 @@ fn an_unverified_read_takes_an_extents_split_halves_in_one_read() {
         assert_eq!(buf[..filled], m[..filled]);
     }
     assert_eq!(content(&s), m);
-}
-
-/// A range placed in the data file, followed through the operations that move it.
-struct Placed {
-    p: Placement,
-    off: u64,
-    len: u64,
-}
-
-/// Moves `t` as `op` (on a space of `size` bytes) moves the bytes it placed; an op
-/// that cuts into them leaves it where it was (the space then must not say it is
-/// still placed there, or if it does, the bytes must be the same).
-fn follow(t: &mut Placed, op: Op, size: u64) {
-    match op {
-        Op::Insert { at, len, .. } if at.min(size) <= t.off => t.off += len as u64,
-        Op::Collapse { at, len } => {
-            let at = at.min(size);
-            let len = len.min(size - at);
-            if at + len <= t.off {
-                t.off -= len;
-            }
-        }
-        _ => {}
-    }
-}
-
-/// [`FlexSpace::place`] and [`FlexSpace::placed`] (the committer reads intervals
-/// ahead with them, without the space's lock): whenever the space says a range still
-/// lies where a placement found it, reading the placement gives the range's bytes as
-/// the model holds them now. Placements are taken at random through random inserts,
-/// writes, collapses, defrags, GC passes and syncs, and followed as inserts and
-/// collapses before them move them; a reopen ends them (a placement belongs to the
-/// space that made it). Bytes only in the open segment's buffer are not placed.
-#[test]
-fn a_range_still_placed_reads_as_the_space_holds_it() {
-    let (mut confirmed, mut refused, mut buffered) = (0, 0, 0);
-    for seed in 0..4u64 {
-        let vfs = FaultVfs::new(seed);
-        let mut rng = SmallRng::seed_from_u64(seed);
-        let mut s = Some(open(&vfs, opts()));
-        let mut m = Vec::new();
-        let mut tracked: Vec<Placed> = Vec::new();
-        for step in 0..2_500 {
-            let op = random_op(&mut rng, m.len() as u64);
-            if matches!(op, Op::Reopen) {
-                tracked.clear();
-            }
-            for t in &mut tracked {
-                follow(t, op, m.len() as u64);
-            }
-            apply(&vfs, &mut s, &mut m, op).unwrap();
-            let sp = s.as_ref().unwrap();
-            for t in &tracked {
-                if t.off + t.len > m.len() as u64 {
-                    continue;
-                }
-                if sp.placed(t.off, t.len, &t.p).unwrap() {
-                    let mut buf = vec![0u8; t.len as usize];
-                    t.p.read(&mut buf).unwrap();
-                    let want = &m[t.off as usize..(t.off + t.len) as usize];
-                    assert!(buf == want, "seed {seed} step {step}: {}+{}", t.off, t.len);
-                    confirmed += 1;
-                } else {
-                    refused += 1;
-                }
-            }
-            if m.is_empty() || !rng.random_bool(0.3) {
-                continue;
-            }
-            let off = rng.random_range(0..m.len() as u64);
-            let len = rng.random_range(1..=(m.len() as u64 - off).min(3_000));
-            match sp.place(off, len).unwrap() {
-                Some(p) => {
-                    let mut buf = vec![0u8; len as usize];
-                    p.read(&mut buf).unwrap();
-                    assert!(
-                        buf == m[off as usize..(off + len) as usize],
-                        "fresh {off}+{len}"
-                    );
-                    tracked.push(Placed { p, off, len });
-                    if tracked.len() > 24 {
-                        tracked.remove(0);
-                    }
-                }
-                None => buffered += 1,
-            }
-        }
-    }
-    // Each way was taken often: the checks above were not vacuous.
-    assert!(confirmed > 5_000, "confirmed {confirmed}");
-    assert!(refused > 5_000, "refused {refused}");
-    assert!(buffered > 100, "not placed {buffered}");
 }
 
 /// A range with the spot a read found it at, and its bytes then.

@@ -69,10 +69,6 @@ pub struct Stats {
     pub record_cache_capacity_bytes: u64,
     /// Fragmented intervals rewritten whole.
     pub defrags: u64,
-    /// Intervals the committer used from its read-ahead: read from the FlexSpace by a
-    /// second thread while the slice before theirs was applied (counted in
-    /// `cache_misses` too).
-    pub intervals_read_ahead: u64,
     /// Intervals the committer rewrote contiguous, while it had nothing to commit,
     /// because reads kept fetching them from the FlexSpace in scattered extents (see
     /// the design's "reads that defragment").
@@ -237,7 +233,6 @@ impl Inner {
             record_cache_bytes: sum(&|s| s.rows.used()),
             record_cache_capacity_bytes: sum(&|s| s.rows.capacity()),
             defrags: sum(&|s| get(&s.counters.defrags)),
-            intervals_read_ahead: sum(&|s| get(&s.counters.read_ahead)),
             read_defrags: sum(&|s| get(&s.counters.read_defrags)),
             spot_reads: sum(&|s| get(&s.counters.spot_reads)),
             hint_reads: sum(&|s| get(&s.counters.hint_reads)),

@@ -8,9 +8,8 @@
 //! A version is applied only if it is newer than the record it replaces, so replaying a
 //! memtable that was partly committed before a crash changes nothing twice.
 
-use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,16 +23,13 @@ use super::store::{scattered, sync_space, SortedStore, State, HEAD};
 use crate::db::pace::CommitPace;
 use crate::memtable::{Value, Versions};
 use crate::mvcc::Snapshots;
-use crate::space::{FlexSpace, Placement};
+use crate::space::FlexSpace;
 use crate::vlog::{Holder, ValueLog};
 use crate::Result;
 
 /// Keys worked out and applied per slice (the paper releases its lock every 1,000 pairs).
 pub(crate) const SLICE: usize = 1000;
 
-/// Intervals of a slice to read from the space before a second thread helps: by
-/// reading the next slice's intervals ahead, or this slice's other half.
-const PARALLEL_READS: usize = 32;
 /// Intervals rewritten for the reads per write section ([`SortedStore::rewrite_wanted`]).
 const REWRITE_SLICE: usize = 16;
 /// Intervals rewritten for the reads that may wait for a sync of the space.
@@ -111,10 +107,6 @@ impl LockHolds {
     }
 }
 
-/// Intervals read ahead of their slice, by key, with the size they had and where they
-/// lay when read.
-type Ahead = HashMap<Vec<u8>, (u64, Placement, Arc<Loaded>)>;
-
 /// One interval a slice's updates fall in: the interval, the range of the slice in
 /// it, and its cached form if the cache holds it (not marked used: the cache keeps
 /// what readers use).
@@ -141,8 +133,6 @@ struct Prepared<'a> {
     plans: Vec<Plan<'a>>,
     /// Keys to add to (with a sequence) or remove from the lingering tombstones.
     lingering: Vec<(Box<[u8]>, Option<u64>)>,
-    /// How many of the slice's intervals were not cached.
-    not_cached: usize,
     /// The slice's new records, which the plans' outcomes point into.
     records: parking_lot::MutexGuard<'a, Vec<u8>>,
 }
@@ -182,61 +172,32 @@ impl SortedStore {
     /// change the store between the two steps (an upgradable read excludes them). An
     /// error marks the store broken: the change may be half made.
     ///
-    /// Where a slice had to read many of its intervals from the space (a keyspace larger
-    /// than the cache), the next slice's intervals are placed in the data file while this
-    /// one is worked out ([`SortedStore::place_ahead`]) and read while it is applied
-    /// ([`SortedStore::read_placed`]); the next slice then checks each with a tree
-    /// search instead of reading it.
+    /// All of it on the committer's thread. Helper threads that read a slice's
+    /// uncached intervals (half of them, or the next slice's during this one's apply)
+    /// paid when each read was a `pread`; with the data file read through its mapping,
+    /// on two cores beside a writer, the committer waited for them more than they saved
+    /// (10M loads ran 1.1–1.2× faster without them: docs/benchmarks.md, fifty-fifth
+    /// session).
     pub(crate) fn commit(&self, updates: impl Iterator<Item = Update>, cx: &Context) -> Result<()> {
         // Before any record changes (`view.rs`: what a read from a view may cache).
         self.views.begin_change();
         let mut updates = updates.fuse();
-        let mut slice: Vec<Update> = updates.by_ref().take(SLICE).collect();
-        let mut next = Vec::with_capacity(SLICE);
-        let mut ahead = Ahead::new();
-        let mut read_many = false;
+        let mut slice = Vec::with_capacity(SLICE);
         let mut keys = 0;
-        while !slice.is_empty() {
-            keys += slice.len();
-            next.clear();
-            next.extend(updates.by_ref().take(SLICE));
-            let current = std::mem::take(&mut ahead);
-            let stop = AtomicBool::new(false);
-            let to_read = match slice.last() {
-                Some(last) if read_many && !next.is_empty() => Some((&next[..], &last.key[..])),
-                _ => None,
-            };
-            let done = std::thread::scope(|s| {
-                let mut reads = None;
-                let done = self.commit_slice(&slice, cx, current, to_read, |places| {
-                    // A thread that cannot be started leaves the next slice to read
-                    // these itself.
-                    reads = std::thread::Builder::new()
-                        .spawn_scoped(s, || self.read_placed(places, &stop))
-                        .ok();
-                });
-                // What is not read by now, the next slice reads on two threads.
-                stop.store(true, Ordering::Relaxed);
-                if let Some(h) = reads {
-                    ahead = h
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                }
-                done
-            });
-            match done {
-                Ok(read) => {
-                    read_many = read >= PARALLEL_READS;
-                    let versions = slice.iter().map(|u| u.versions.len() as u64).sum();
-                    cx.pace.applied(versions, Instant::now());
-                }
-                Err(e) => {
-                    self.broken.store(true, Ordering::Release);
-                    self.views.retire();
-                    return Err(e);
-                }
+        loop {
+            slice.clear();
+            slice.extend(updates.by_ref().take(SLICE));
+            if slice.is_empty() {
+                break;
             }
-            std::mem::swap(&mut slice, &mut next);
+            keys += slice.len();
+            if let Err(e) = self.commit_slice(&slice, cx) {
+                self.broken.store(true, Ordering::Release);
+                self.views.retire();
+                return Err(e);
+            }
+            let versions = slice.iter().map(|u| u.versions.len() as u64).sum();
+            cx.pace.applied(versions, Instant::now());
         }
         // Before the memtable leaves the list (`view.rs` says why).
         self.views.retire();
@@ -250,91 +211,18 @@ impl SortedStore {
         Ok(())
     }
 
-    /// Where the intervals that the slice `next` will need and the cache does not hold
-    /// lie in the data file ([`FlexSpace::place`]), found on a second thread while the
-    /// committer works out the slice before it (whose last key is `after`) under the
-    /// upgradable lock `st`, which this shares. Intervals keyed at or below `after` are
-    /// left out, since that slice changes those it holds keys of.
-    fn place_ahead(&self, st: &State, next: &[Update], after: &[u8]) -> Vec<(Interval, Placement)> {
-        let mut places = Vec::new();
-        for (iv, _, cached) in groups(st, next) {
-            if iv.key.as_slice() <= after || cached.is_some() {
-                continue;
-            }
-            if let Ok(Some(p)) = st.space.place(iv.offset, iv.size) {
-                places.push((iv, p));
-            }
-        }
-        places
-    }
-
-    /// Reads and parses the intervals [`SortedStore::place_ahead`] placed, with no lock
-    /// held, while the committer applies the slice before theirs, until `stop` is set
-    /// (that slice is done: the next one reads the rest itself, on two threads).
-    ///
-    /// [`SortedStore::load_all`] takes an interval read here only if the index still
-    /// has its key with the same size and the space still places those bytes where
-    /// they were read ([`FlexSpace::placed`]): then they are the interval's bytes, as
-    /// they are now. A read that fails is left for the slice itself to make, and
-    /// report.
-    fn read_placed(&self, places: Vec<(Interval, Placement)>, stop: &AtomicBool) -> Ahead {
-        let mut ahead = Ahead::with_capacity(places.len());
-        for (iv, p) in places {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let mut buf = vec![0; iv.size as usize];
-            if p.read(&mut buf).is_err() {
-                continue;
-            }
-            // Bytes since written over do not parse, or are not taken.
-            let Ok(mut l) = Loaded::parse(buf) else {
-                continue;
-            };
-            l.fragmented = p.runs() > l.len().div_ceil(2).max(1);
-            ahead.insert(iv.key, (iv.size, p, Arc::new(l)));
-        }
-        ahead
-    }
-
-    /// Applies one slice, taking intervals read ahead from `ahead` where they are still
-    /// as read; returns how many of its intervals were not cached. With `to_read` (the
-    /// next slice and this one's last key), the next slice's intervals are placed on a
-    /// second thread meanwhile, and handed to `read` before the write lock is taken.
-    fn commit_slice(
-        &self,
-        slice: &[Update],
-        cx: &Context,
-        ahead: Ahead,
-        to_read: Option<(&[Update], &[u8])>,
-        read: impl FnOnce(Vec<(Interval, Placement)>),
-    ) -> Result<usize> {
+    /// Applies one slice.
+    fn commit_slice(&self, slice: &[Update], cx: &Context) -> Result<()> {
         let st = self.state.upgradable_read();
         // Between two write sections: a view of now, if reads met the last one.
         if self.views.offer(&st) {
             self.counters.views_made.fetch_add(1, Ordering::Relaxed);
         }
-        let (prepared, places) = match to_read {
-            Some((next, after)) => std::thread::scope(|s| {
-                let placing = std::thread::Builder::new()
-                    .spawn_scoped(s, || self.place_ahead(&st, next, after));
-                let prepared = self.prepare(&st, slice, cx, ahead);
-                let places = match placing {
-                    Ok(h) => h
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                    Err(_) => Vec::new(),
-                };
-                (prepared, places)
-            }),
-            None => (self.prepare(&st, slice, cx, ahead), Vec::new()),
-        };
         let Prepared {
             plans,
             lingering,
-            not_cached,
             records,
-        } = prepared?;
+        } = self.prepare(&st, slice, cx)?;
         // What the slice will write at most: its new records, and the whole of every
         // interval it rewrites.
         let writes = plans
@@ -344,9 +232,6 @@ impl SortedStore {
             .sum::<u64>()
             + records.len() as u64;
         let st = self.collect_garbage(st, writes, cx.holds)?;
-        if !places.is_empty() {
-            read(places);
-        }
         // The edits go in short write sections: between two, the lock is downgraded (still
         // excluding other writers) so readers waiting for it get in.
         let mut st = RwLockUpgradableReadGuard::upgrade(st);
@@ -380,7 +265,7 @@ impl SortedStore {
         let mut records = records;
         records.clear();
         records.shrink_to(RECORDS_KEPT);
-        Ok(not_cached)
+        Ok(())
     }
 
     /// Runs a GC pass of the space if one is due, or will be once the slice has written
@@ -429,10 +314,9 @@ impl SortedStore {
         st: &State,
         slice: &'a [Update],
         cx: &Context,
-        ahead: Ahead,
     ) -> Result<Prepared<'a>> {
         let groups = groups(st, slice);
-        let (olds, not_cached) = self.load_all(st, &groups, ahead)?;
+        let olds = self.load_all(st, &groups)?;
         let mut records = self.records.lock();
         records.clear();
         let mut plans = Vec::with_capacity(groups.len());
@@ -462,93 +346,28 @@ impl SortedStore {
         Ok(Prepared {
             plans,
             lingering,
-            not_cached,
             records,
         })
     }
 
-    /// The intervals of `groups`, from the cache, from those read `ahead` (taken if
-    /// they are still as read: see [`SortedStore::read_placed`]), or from the space, with
-    /// how many were not cached.
-    /// When many are left to read from the space (a keyspace larger than the cache, and
-    /// nothing read ahead), two threads read them: a read is a system call, a tree
-    /// search and a parse, most of a commit's time there, while the writers that wait
-    /// for the commit leave the other core idle.
-    fn load_all(
-        &self,
-        st: &State,
-        groups: &[Group],
-        mut ahead: Ahead,
-    ) -> Result<(Vec<Arc<Loaded>>, usize)> {
-        let mut olds: Vec<Option<Arc<Loaded>>> =
-            groups.iter().map(|(_, _, cached)| cached.clone()).collect();
-        let not_cached = olds.iter().filter(|l| l.is_none()).count();
+    /// The intervals of `groups`, from the cache or else from the space.
+    fn load_all(&self, st: &State, groups: &[Group]) -> Result<Vec<Arc<Loaded>>> {
         let c = &self.counters;
-        c.cache_hits
-            .fetch_add((groups.len() - not_cached) as u64, Ordering::Relaxed);
-        c.cache_misses
-            .fetch_add(not_cached as u64, Ordering::Relaxed);
-        for ((iv, _, _), old) in groups.iter().zip(&mut olds) {
-            if old.is_some() {
-                continue;
-            }
-            *old = match ahead.remove(&iv.key) {
-                Some((size, p, l))
-                    if size == iv.size
-                        && st.space.placed(iv.offset, iv.size, &p)?
-                        && (l.is_empty() || l.key(0) >= iv.key.as_slice()) =>
-                {
-                    Some(l)
+        let mut misses = 0;
+        let olds = groups
+            .iter()
+            .map(|(iv, _, cached)| match cached {
+                Some(l) => Ok(Arc::clone(l)),
+                None => {
+                    misses += 1;
+                    self.read_interval(&st.space, iv).map(Arc::new)
                 }
-                _ => None,
-            };
-            if let Some(l) = old {
-                c.read_ahead.fetch_add(1, Ordering::Relaxed);
-                // The checks above prove these are the interval's bytes; debug builds
-                // read it again to be sure.
-                debug_assert!(
-                    self.read_interval(&st.space, iv)
-                        .is_ok_and(|now| now.bytes() == l.bytes()),
-                    "interval {:?} changed after it was read ahead",
-                    iv.key
-                );
-            }
-        }
-        let missing: Vec<usize> = (0..groups.len()).filter(|&g| olds[g].is_none()).collect();
-        let read = |some: &[usize]| -> Result<Vec<Loaded>> {
-            some.iter()
-                .map(|&g| self.read_interval(&st.space, &groups[g].0))
-                .collect()
-        };
-        let loaded = if missing.len() >= PARALLEL_READS {
-            let (mine, theirs) = missing.split_at(missing.len() / 2);
-            let (a, b) = std::thread::scope(|s| {
-                // A thread that cannot be started (a process at its limit) leaves the
-                // committer to read alone, where a plain spawn would panic mid-commit.
-                let helper = std::thread::Builder::new().spawn_scoped(s, || read(theirs));
-                let a = read(mine);
-                let b = match helper {
-                    Ok(h) => h
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                    Err(_) => read(theirs),
-                };
-                (a, b)
-            });
-            let mut a = a?;
-            a.extend(b?);
-            a
-        } else {
-            read(&missing)?
-        };
-        for (g, l) in missing.into_iter().zip(loaded) {
-            olds[g] = Some(Arc::new(l));
-        }
-        let olds = olds
-            .into_iter()
-            .map(|l| l.unwrap_or_else(|| unreachable!("every interval was loaded")))
-            .collect();
-        Ok((olds, not_cached))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        c.cache_hits
+            .fetch_add((groups.len() - misses) as u64, Ordering::Relaxed);
+        c.cache_misses.fetch_add(misses as u64, Ordering::Relaxed);
+        Ok(olds)
     }
 
     /// Applies one interval's resolved updates. Its interval is found again: an earlier

@@ -81,7 +81,6 @@ pub(crate) struct StoreCounters {
     pub(crate) pairs_committed: AtomicU64,
     pub(crate) history_written: AtomicU64,
     pub(crate) defrags: AtomicU64,
-    pub(crate) read_ahead: AtomicU64,
     pub(crate) read_defrags: AtomicU64,
     pub(crate) spot_reads: AtomicU64,
     pub(crate) hint_reads: AtomicU64,

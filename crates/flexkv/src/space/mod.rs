@@ -18,9 +18,7 @@
 //! Reads take `&self` and may run from many threads at once. Every change takes `&mut
 //! self`: wrap the space in a reader-writer lock to share it. The data file is read
 //! through a mapping of it where the file system offers one ([`SpaceOptions::map_data`]):
-//! since only `&mut self` methods write the file, no read runs while bytes change. A [`Placement`]
-//! ([`FlexSpace::place`]) reads a range with no borrow of the space at all, while it
-//! changes; [`FlexSpace::placed`] then says whether what it read is the range's content.
+//! since only `&mut self` methods write the file, no read runs while bytes change.
 
 mod crc;
 mod log;
@@ -141,43 +139,6 @@ impl Spans {
             Span::Read(bytes) => Some(&bytes[(a - s) as usize..]),
             Span::Unread | Span::Apart => None,
         }
-    }
-}
-
-/// Where a range of a [`FlexSpace`] lay in its data file ([`FlexSpace::place`]).
-#[derive(Debug)]
-pub struct Placement {
-    runs: Vec<Run>,
-    /// The opening counts of each run's segments ([`FlexSpace::placed`]).
-    opened: Vec<u64>,
-    segment_size: u64,
-    data: Arc<dyn VfsFile>,
-}
-
-impl Placement {
-    /// How many runs (extents, or pieces of them) the range lay in.
-    pub fn runs(&self) -> usize {
-        self.runs.len()
-    }
-
-    /// Reads the range's bytes from where they lay into `buf` (as long as the range),
-    /// with no lock on the space and no checksums (callers verify their own, as with
-    /// [`FlexSpace::read_self_checked`]); runs close together are read as one span.
-    /// The bytes are the range's if [`FlexSpace::placed`] says so afterwards: a data
-    /// file region freed and written again meanwhile reads as whatever is there now.
-    pub fn read(&self, buf: &mut [u8]) -> Result<()> {
-        let total: u64 = self.runs.iter().map(|r| r.len).sum();
-        if total != buf.len() as u64 {
-            return Err(Error::InvalidArgument(format!(
-                "a placement of {total} bytes read into a buffer of {}",
-                buf.len()
-            )));
-        }
-        let read = |at: u64, b: &mut [u8]| read_or_corrupt(&*self.data, b, at);
-        fill_runs(&self.runs, self.segment_size, true, buf, read, read, |_| {
-            true
-        })
-        .map(drop)
     }
 }
 
@@ -844,52 +805,6 @@ impl FlexSpace {
             addr: a,
             opened: self.segs.opened(seg),
         })
-    }
-
-    /// Where the `len` bytes at `off` lie in the data file, for reading them without
-    /// the space ([`Placement::read`], which needs no lock while the space changes),
-    /// or `None` if some of them are a hole or only in the open segment's buffer.
-    /// What such a read returns is the range's content only if
-    /// [`placed`](Self::placed) then says the range still lies there. A placement
-    /// belongs to this opening of the space: the counts it compares start again at open.
-    pub fn place(&self, off: u64, len: u64) -> Result<Option<Placement>> {
-        let mut runs = Vec::new();
-        self.tree.query_into(off, len, &mut runs)?;
-        let mut opened = Vec::with_capacity(runs.len());
-        for r in &runs {
-            let Some(a) = r.addr else { return Ok(None) };
-            if !self.segs.in_file(a, r.len) {
-                return Ok(None);
-            }
-            opened.push(self.run_opened(a, r.len));
-        }
-        Ok(Some(Placement {
-            runs,
-            opened,
-            segment_size: self.opts.segment_size,
-            data: Arc::clone(&self.data),
-        }))
-    }
-
-    /// Whether the `len` bytes at `off` lie where `p` found them (maybe at another
-    /// offset since: inserts and collapses before them move them in the space, not in
-    /// the file), in segments not opened again since. Then the file still holds them
-    /// there: bytes written to a segment change only once it is freed and opened anew.
-    pub fn placed(&self, off: u64, len: u64, p: &Placement) -> Result<bool> {
-        let mut runs = Vec::with_capacity(p.runs.len());
-        self.tree.query_into(off, len, &mut runs)?;
-        Ok(runs == p.runs
-            && runs
-                .iter()
-                .zip(&p.opened)
-                .all(|(r, &o)| r.addr.is_some_and(|a| self.run_opened(a, r.len) == o)))
-    }
-
-    /// The opening counts of the segments a run lies in, folded into one number (a run
-    /// may cross into the next segment).
-    fn run_opened(&self, addr: u64, len: u64) -> u64 {
-        let (first, last) = (self.segs.of(addr), self.segs.of(addr + len - 1));
-        (u64::from(self.segs.opened(first)) << 32) | u64::from(self.segs.opened(last))
     }
 
     /// Reads run by run until `more` says stop, the walk of the tree's extents starting

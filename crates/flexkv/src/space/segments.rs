@@ -55,7 +55,7 @@ pub(crate) struct Segments {
     sums: Vec<(u64, BlockSum)>,
     /// How many times each segment was opened: bytes written to a segment stay as they
     /// are until it is opened again, so a read of its bytes is still good if this has
-    /// not changed (see `FlexSpace::place`).
+    /// not changed (see [`Spot`](super::Spot)).
     opened: Vec<u32>,
     /// The data file's length: what it was at open, or the end of the furthest write
     /// since (the file is never truncated; freed segments are punched out, which keeps
@@ -247,17 +247,6 @@ impl Segments {
         let at = (addr - start) as usize;
         out.copy_from_slice(&self.buf[at..at + out.len()]);
         true
-    }
-
-    /// Whether all of `[addr, addr + len)` is in the file (none of it only in the open
-    /// segment's buffer).
-    pub(crate) fn in_file(&self, addr: u64, len: u64) -> bool {
-        match self.open {
-            Some(seg) => {
-                addr + len <= seg * self.size + self.flushed as u64 || addr >= (seg + 1) * self.size
-            }
-            None => true,
-        }
     }
 
     /// How many times segment `seg` has been opened.
