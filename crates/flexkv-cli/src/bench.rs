@@ -87,7 +87,7 @@ pub fn run(args: &BenchArgs) -> CliResult {
     let config = EngineConfig {
         cache_bytes: 256 << 20,
         write_buffer_bytes: 64 << 20,
-        flexkv_pace_writes: false,
+        flexkv_pace_writes: true,
     };
     let spec = Spec {
         pairs: args.pairs,

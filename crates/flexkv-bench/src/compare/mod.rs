@@ -101,9 +101,10 @@ pub struct Args {
     /// handing the guest's idle memory back (see [`warm_memory`]); 0: none.
     #[arg(long, default_value_t = 2048)]
     pub warm_mib: u64,
-    /// flexkv's writers paced by its commit (`Builder::pace_writes`): shorter waits
-    /// for writes that outrun the committer, a lower measured rate for long loads.
-    #[arg(long)]
+    /// flexkv's writers paced by its commit (`Builder::pace_writes`, on by default as
+    /// in the engine): many short waits for writes that outrun the committer instead
+    /// of a few long ones; `--flexkv-pace-writes false` turns it off.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub flexkv_pace_writes: bool,
 }
 

@@ -57,7 +57,8 @@ pub struct EngineConfig {
     pub cache_bytes: u64,
     /// Bytes of memtable / write buffer, where an engine has one.
     pub write_buffer_bytes: u64,
-    /// flexkv only: writers paced by the commit (`Builder::pace_writes`).
+    /// flexkv only: writers paced by the commit (`Builder::pace_writes`). Results
+    /// written before it was recorded were run unpaced, hence the default.
     #[serde(default)]
     pub flexkv_pace_writes: bool,
 }
@@ -139,7 +140,7 @@ impl EngineKind {
                 if config.flexkv_pace_writes {
                     "; writers paced by the commit"
                 } else {
-                    ""
+                    "; writers not paced"
                 }
             ),
             EngineKind::Rocksdb => format!(
