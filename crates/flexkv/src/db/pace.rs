@@ -6,8 +6,9 @@
 //! longest write latency by far. Paced, a writer waits a little whenever the active
 //! memtable runs ahead of the commit ([`CommitPace::limit`]), so it fills up about when
 //! the commit ends, and many writes wait a millisecond where one waited a second. It
-//! is an option ([`Builder::pace_writes`](crate::Builder::pace_writes), off by
-//! default): measured, a paced load of 10M pairs ran at 0.85 times the rate.
+//! is on by default ([`Builder::pace_writes`](crate::Builder::pace_writes) turns it
+//! off): measured, a paced load of 10M pairs ran at the same rate, with a sixth of the
+//! unpaced p99.9 latency and about twice its median.
 //!
 //! Pacing starts only once writers have had to wait during a commit (they outrun the
 //! committer), and stops after a commit during which none waited: a burst of writes
@@ -191,14 +192,15 @@ mod tests {
         }
     }
 
-    /// A database of [`MEMTABLE`] memtables, pacing writers if `pace`, whose writers
-    /// waited during the last commit, as if they outran it.
-    fn outrun(dir: &std::path::Path, pace: bool) -> crate::Db {
-        let db = crate::Db::builder(dir)
-            .memtable_size(MEMTABLE)
-            .pace_writes(pace)
-            .open()
-            .unwrap();
+    /// A database of [`MEMTABLE`] memtables, pacing writers as `pace` says (`None`:
+    /// the builder's default), whose writers waited during the last commit, as if they
+    /// outran it.
+    fn outrun(dir: &std::path::Path, pace: Option<bool>) -> crate::Db {
+        let mut builder = crate::Db::builder(dir).memtable_size(MEMTABLE);
+        if let Some(pace) = pace {
+            builder = builder.pace_writes(pace);
+        }
+        let db = builder.open().unwrap();
         db.inner.pace.held();
         db.inner.pace.end(Instant::now());
         db
@@ -215,7 +217,8 @@ mod tests {
 
     #[test]
     fn a_paced_writer_waits_for_the_commit_before_the_active_memtable_fills() {
-        for pace in [true, false] {
+        // Pacing is the default.
+        for (pace, paced) in [(None, true), (Some(true), true), (Some(false), false)] {
             let dir = tempfile::tempdir().unwrap();
             let db = outrun(dir.path(), pace);
             // The committer cannot start the next commit: its progress stays 0.
@@ -230,7 +233,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(300));
                 let (fill, frozen) = tables(&db);
                 assert_eq!(frozen, 1);
-                if pace {
+                if paced {
                     // One batch may pass the lead: the check comes before the write.
                     assert!(
                         fill <= PACE_LEAD + 0.05,
@@ -245,7 +248,7 @@ mod tests {
                 w.join().unwrap();
             });
             let s = db.stats();
-            if pace {
+            if paced {
                 assert!(s.write_delays >= 1, "{s:?}");
             } else {
                 assert_eq!((s.write_delays, s.write_delay_micros), (0, 0), "{s:?}");
@@ -264,7 +267,7 @@ mod tests {
     #[test]
     fn paced_writers_on_several_threads_all_finish_and_every_write_lands() {
         let dir = tempfile::tempdir().unwrap();
-        let db = outrun(dir.path(), true);
+        let db = outrun(dir.path(), Some(true));
         std::thread::scope(|scope| {
             for t in 0..4 {
                 let db = &db;
