@@ -348,6 +348,15 @@ mod tests {
         (tempfile::tempdir().unwrap(), RealVfs)
     }
 
+    /// A new empty file in a fresh temporary directory (kept alive by the first).
+    fn new_file_in_tempdir() -> (tempfile::TempDir, Arc<dyn VfsFile>) {
+        let (dir, vfs) = vfs_in_tempdir();
+        let f = vfs
+            .open(&dir.path().join("f"), OpenMode::CreateNew)
+            .unwrap();
+        (dir, f)
+    }
+
     /// A new file in `dir` on the real file system, and one in memory: the trait's
     /// default methods, which the in-memory file system uses, are the reference for
     /// the real file system's own.
@@ -529,10 +538,7 @@ mod tests {
 
     #[test]
     fn starting_write_back_leaves_the_bytes_and_the_length_as_written() {
-        let (dir, vfs) = vfs_in_tempdir();
-        let f = vfs
-            .open(&dir.path().join("f"), OpenMode::CreateNew)
-            .unwrap();
+        let (_dir, f) = new_file_in_tempdir();
         let data: Vec<u8> = (0..5u32 << 20).map(|i| (i % 251) as u8).collect();
         f.write_at(&data, 0).unwrap();
         f.start_writeback(0, 4 << 20);
@@ -548,10 +554,7 @@ mod tests {
 
     #[test]
     fn allocate_extends_with_zeros_and_keeps_data() {
-        let (dir, vfs) = vfs_in_tempdir();
-        let f = vfs
-            .open(&dir.path().join("f"), OpenMode::CreateNew)
-            .unwrap();
+        let (_dir, f) = new_file_in_tempdir();
         f.write_at(b"head", 0).unwrap();
         f.allocate(1 << 20).unwrap();
         assert_eq!(f.len().unwrap(), 1 << 20);
@@ -566,10 +569,7 @@ mod tests {
 
     #[test]
     fn punch_hole_reads_zeros_and_keeps_length() {
-        let (dir, vfs) = vfs_in_tempdir();
-        let f = vfs
-            .open(&dir.path().join("f"), OpenMode::CreateNew)
-            .unwrap();
+        let (_dir, f) = new_file_in_tempdir();
         f.write_at(&vec![7u8; 64 * 1024], 0).unwrap();
         f.punch_hole(4096, 8192).unwrap();
         assert_eq!(f.len().unwrap(), 64 * 1024);
