@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
+use super::cache::Slot;
 use super::history::{self, record_value};
 use super::index::{separator, Interval};
 use super::interval::Loaded;
@@ -108,21 +109,22 @@ impl LockHolds {
 }
 
 /// One interval a slice's updates fall in: the interval, the range of the slice in
-/// it, and its cached form if the cache holds it (not marked used: the cache keeps
-/// what readers use).
-type Group = (Interval, Range<usize>, Option<Arc<Loaded>>);
+/// it, its cached form if the cache holds it (not marked used: the cache keeps what
+/// readers use), and its slot in the index.
+type Group<'a> = (Interval, Range<usize>, Option<Arc<Loaded>>, &'a Slot);
 
 /// The intervals the updates of `slice` (in key order) fall in ([`Group`]).
-fn groups(st: &State, slice: &[Update]) -> Vec<Group> {
+fn groups<'a>(st: &'a State, slice: &[Update]) -> Vec<Group<'a>> {
     let mut groups = Vec::new();
     let mut i = 0;
     while i < slice.len() {
         let at = st.index.locate(&slice[i].key);
         let iv = st.index.interval_of(at);
-        let cached = st.index.slot_at(at).peek();
+        let slot = st.index.slot_at(at);
+        let cached = slot.peek();
         let next = st.index.next_key_of(at);
         let n = slice[i..].partition_point(|u| next.as_deref().is_none_or(|k| *u.key < *k));
-        groups.push((iv, i..i + n, cached));
+        groups.push((iv, i..i + n, cached, slot));
         i += n;
     }
     groups
@@ -321,7 +323,7 @@ impl SortedStore {
         records.clear();
         let mut plans = Vec::with_capacity(groups.len());
         let mut lingering = Vec::new();
-        for ((iv, range, _), old) in groups.into_iter().zip(olds) {
+        for ((iv, range, _, _), old) in groups.into_iter().zip(olds) {
             let ups = &slice[range];
             let outcomes = ups
                 .iter()
@@ -350,17 +352,20 @@ impl SortedStore {
         })
     }
 
-    /// The intervals of `groups`, from the cache or else from the space.
+    /// The intervals of `groups`, from the cache or else from the space, by the
+    /// shortcut in their slots (which the last large commit left there, or a read):
+    /// the tree is not searched for where each one lies.
     fn load_all(&self, st: &State, groups: &[Group]) -> Result<Vec<Arc<Loaded>>> {
         let c = &self.counters;
         let mut misses = 0;
         let olds = groups
             .iter()
-            .map(|(iv, _, cached)| match cached {
+            .map(|(iv, _, cached, slot)| match cached {
                 Some(l) => Ok(Arc::clone(l)),
                 None => {
                     misses += 1;
-                    self.read_interval(&st.space, iv).map(Arc::new)
+                    self.read_interval_at(&st.space, iv, Some(slot), None)
+                        .map(|(l, _)| Arc::new(l))
                 }
             })
             .collect::<Result<Vec<_>>>()?;
