@@ -28,10 +28,11 @@ fn touches(marked: &[bool], shift: u32, addr: u64, len: u64) -> bool {
 
 /// The most segments one GC pass frees. A pass walks every extent of the space to
 /// find the victims' (about 0.2 s at 3M extents when each extent was tested against
-/// every victim's range; about half that since it is tested by its segments), so
-/// taking more at once spreads that walk: a 10M-pair load ran 25 passes instead of 98 at 16 against 4, relocating a
-/// seventh more bytes (the extra victims are a little fuller), and loaded 1.04–1.18×
-/// faster (two alternating runs each, docs/benchmarks.md).
+/// every victim's range; its share of a load's time halved since it is tested by its
+/// segments), so taking more at once spreads that walk: a 10M-pair load ran 25 passes
+/// instead of 98 at 16 against 4, relocating a seventh more bytes (the extra victims
+/// are a little fuller), and loaded 1.04–1.18× faster (two alternating runs each,
+/// docs/benchmarks.md).
 const GC_VICTIMS: usize = 16;
 
 /// The open segment is written to the file in steps of this size as it fills. Handing the
@@ -769,26 +770,18 @@ impl Drop for FlexSpace {
 #[cfg(test)]
 mod tests {
     use super::touches;
-    use crate::flextree::FlexTreeOptions;
     use crate::io::FaultVfs;
     use crate::space::segments::State;
     use crate::space::{FlexSpace, SpaceOptions};
 
     const SEG: u64 = 64 << 10;
 
+    /// Small segments and extents: a few hundred KiB cross several segments.
     fn opts() -> SpaceOptions {
         SpaceOptions {
             segment_size: SEG,
             max_extent: 4 << 10,
-            log_capacity: 24 << 10,
-            log_grows_with_tree: false,
-            max_data_size: None,
-            gc_space_amplification: 1.5,
-            map_data: true,
-            tree: FlexTreeOptions {
-                leaf_capacity: 4,
-                internal_capacity: 6,
-            },
+            ..SpaceOptions::default()
         }
     }
 
