@@ -287,24 +287,14 @@ fn read_back(db: &Db, model: &std::collections::BTreeMap<u32, u32>, when: &str) 
 #[test]
 fn reads_at_spots_and_hints_see_every_change_to_their_intervals() {
     let vfs = FaultVfs::new(41);
-    let db = open_uncached(&vfs);
-    let mut model = std::collections::BTreeMap::new();
-    let all: Vec<u32> = (0..6_000).collect();
-    put_buffered(&db, &all, 0);
-    model.extend(all.iter().map(|&i| (i, 0)));
-    db.flush().unwrap();
+    let (db, mut model) = loaded_uncached(&vfs);
     read_back(&db, &model, "loaded");
     let mut spots = db.stats().spot_reads;
     assert!(spots > 3_000, "{spots} reads at spots");
     let mut hints = db.stats().hint_reads;
     let mut rng = SmallRng::seed_from_u64(41);
     for round in 1..=8 {
-        // Odd rounds change a few keys, even ones a third of them.
-        let n = if round % 2 == 1 { 12 } else { 2_000 };
-        let keys: Vec<u32> = (0..n).map(|_| rng.random_range(0..6_000)).collect();
-        put_buffered(&db, &keys, round);
-        model.extend(keys.iter().map(|&i| (i, round)));
-        db.flush().unwrap();
+        commit_round(&db, &mut model, &mut rng, round);
         read_back(&db, &model, &format!("round {round}"));
         db.check().unwrap();
         let now = db.stats().spot_reads;
@@ -321,31 +311,21 @@ fn reads_at_spots_and_hints_see_every_change_to_their_intervals() {
 
 /// A commit reads the intervals it changes that the cache does not hold by the
 /// shortcuts their slots keep, as point reads do, with no search of the FlexTree for
-/// each, and changes what they hold now. No reads come between the commits here, so
-/// every read by a shortcut is a commit's; the overwrites keep their values' lengths,
-/// so an interval read by a shortcut kept by mistake would bring back old values.
+/// each. No reads come between the commits here, so every read by a shortcut is a
+/// commit's; afterwards every key reads as the model says. (That a commit forgets the
+/// shortcuts of the intervals it changes is the test above's.)
 #[test]
 fn commits_read_the_intervals_they_change_by_their_shortcuts() {
     let vfs = FaultVfs::new(43);
-    let db = open_uncached(&vfs);
-    let mut model = std::collections::BTreeMap::new();
-    let all: Vec<u32> = (0..6_000).collect();
-    put_buffered(&db, &all, 0);
-    model.extend(all.iter().map(|&i| (i, 0)));
-    db.flush().unwrap();
+    let (db, mut model) = loaded_uncached(&vfs);
     let by_shortcut = |db: &Db| {
         let s = db.stats();
         s.spot_reads + s.hint_reads
     };
     let mut rng = SmallRng::seed_from_u64(43);
     for round in 1..=6 {
-        // Odd rounds change a few keys, even ones a third of them.
-        let n = if round % 2 == 1 { 12 } else { 2_000 };
-        let keys: Vec<u32> = (0..n).map(|_| rng.random_range(0..6_000)).collect();
         let before = by_shortcut(&db);
-        put_buffered(&db, &keys, round);
-        model.extend(keys.iter().map(|&i| (i, round)));
-        db.flush().unwrap();
+        let n = commit_round(&db, &mut model, &mut rng, round);
         let read = by_shortcut(&db) - before;
         assert!(
             read >= (n as u64).min(100) / 2,
@@ -354,6 +334,33 @@ fn commits_read_the_intervals_they_change_by_their_shortcuts() {
     }
     read_back(&db, &model, "after the commits");
     db.check().unwrap();
+}
+
+/// A database on `vfs` as `open_uncached` opens it, holding keys 0..6,000 at round 0
+/// (committed), and its model: key → round.
+fn loaded_uncached(vfs: &FaultVfs) -> (Db, std::collections::BTreeMap<u32, u32>) {
+    let db = open_uncached(vfs);
+    let all: Vec<u32> = (0..6_000).collect();
+    put_buffered(&db, &all, 0);
+    db.flush().unwrap();
+    (db, all.iter().map(|&i| (i, 0)).collect())
+}
+
+/// Writes `round`'s values of random keys below 6,000 in one batch and commits them,
+/// in `model` too: odd rounds change 12 keys (a commit below the size that takes every
+/// shortcut afresh), even ones 2,000. Returns how many keys it wrote.
+fn commit_round(
+    db: &Db,
+    model: &mut std::collections::BTreeMap<u32, u32>,
+    rng: &mut SmallRng,
+    round: u32,
+) -> usize {
+    let n = if round % 2 == 1 { 12 } else { 2_000 };
+    let keys: Vec<u32> = (0..n).map(|_| rng.random_range(0..6_000)).collect();
+    put_buffered(db, &keys, round);
+    model.extend(keys.iter().map(|&i| (i, round)));
+    db.flush().unwrap();
+    n
 }
 
 /// Writes keys 0..12,000 (every other one) to `db` in four shuffled rounds with
