@@ -618,7 +618,6 @@ impl FlexSpace {
         for &g in &victims {
             victim[g] = true;
         }
-        let in_victim = |a: u64| victim.get((a >> shift) as usize).copied().unwrap_or(false);
         // Pieces (offset, length, address) of every extent stored in a victim, cut at
         // segment ends.
         let mut moves = Vec::new();
@@ -632,7 +631,7 @@ impl FlexSpace {
             let (mut off, mut left) = (e.offset, e.len);
             while left > 0 {
                 let n = left.min((addr / size + 1) * size - addr);
-                if in_victim(addr) {
+                if touches(&victim, shift, addr, 1) {
                     moves.push((off, n, addr));
                 }
                 (off, addr, left) = (off + n, addr + n, left - n);
