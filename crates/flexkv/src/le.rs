@@ -50,6 +50,30 @@ pub(crate) fn get_u16(buf: &[u8], at: usize) -> u16 {
     u16::from_le_bytes(b)
 }
 
+/// Appends `v` as a base-128 varint (7 bits per byte, low first, high bit = more).
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads a base-128 varint at `*at`, advancing it.
+#[inline]
+pub(crate) fn get_varint(buf: &[u8], at: &mut usize) -> Result<u64, &'static str> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *buf.get(*at).ok_or("varint cut short")?;
+        *at += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err("varint longer than 10 bytes")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,9 +9,9 @@
 //! checksum). Byte layout in `docs/format.md`.
 
 use super::record::{varint, Record, RecordValue};
+use crate::le::put_varint;
 use crate::memtable::{KeyspaceId, Value};
 use crate::vlog::{Holder, NewValue, Pointer, ValueLog};
-use crate::wal::format::put_varint;
 use crate::{Error, Result};
 
 /// The keyspace field's bit that marks a history record in the value log; keyspace

@@ -4,9 +4,10 @@
 //! a CRC-32C over the whole record, so a reader that lands on a record (from the sparse
 //! index, or by `read_extent` during recovery) can tell it is whole.
 
+pub(crate) use crate::le::get_varint as varint;
+use crate::le::put_varint;
 use crate::le::{get_u32, push_u32};
 use crate::vlog::Pointer;
-use crate::wal::format::put_varint;
 
 const TOMBSTONE: u8 = 1;
 const SEPARATED: u8 = 2;
@@ -188,20 +189,6 @@ pub(crate) fn peek_key(buf: &[u8]) -> Result<&[u8], usize> {
         Ok(key_len) => buf.get(at..at + key_len).ok_or(at + key_len),
         Err(_) => Err(buf.len() + 32),
     }
-}
-
-/// Reads a base-128 varint at `*at`, advancing it.
-pub(crate) fn varint(buf: &[u8], at: &mut usize) -> Result<u64, &'static str> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *buf.get(*at).ok_or("record cut short")?;
-        *at += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Ok(v);
-        }
-    }
-    Err("varint longer than 10 bytes")
 }
 
 fn len(v: u64) -> Result<usize, &'static str> {

@@ -12,7 +12,7 @@
 //! per-entry sequence or checksum, varint lengths, small values inline and large values
 //! as 20-byte value-log pointers.
 
-use crate::le::{get_u16, get_u32, get_u64, push_u16, push_u32, push_u64};
+use crate::le::{get_u16, get_u32, get_u64, get_varint, push_u16, push_u32, push_u64, put_varint};
 use crate::memtable::KeyspaceId;
 use crate::vlog::Pointer;
 
@@ -374,28 +374,11 @@ impl<'a> Cursor<'a> {
         Ok(get_u32(self.take(4)?, 0))
     }
     fn varint(&mut self) -> Result<u64, &'static str> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.take(1)?[0];
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err("varint longer than 10 bytes")
+        get_varint(self.b, &mut self.at)
     }
     fn len(&mut self) -> Result<usize, &'static str> {
         usize::try_from(self.varint()?).map_err(|_| "length out of range")
     }
-}
-
-/// Appends `v` as a base-128 varint (7 bits per byte, low first, high bit = more).
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 #[cfg(test)]
