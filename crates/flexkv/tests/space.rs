@@ -577,8 +577,17 @@ fn blocks_left_by_a_dropped_commit_are_not_read_after_the_next_one() {
     let synced = m.clone();
     let log_path = log_path();
     let first = vfs.contents(&log_path).unwrap().len();
-    // A commit of three blocks, whose first block the "disk" then loses.
-    insert_blocks(&mut s, &mut m, 250, 50, 3);
+    // A commit of three blocks or more, whose first block the "disk" then loses.
+    // (A larger log, so that no checkpoint follows it.)
+    drop(s);
+    let large_log = SpaceOptions {
+        log_capacity: 1 << 20,
+        ..opts()
+    };
+    let mut s = open(&vfs, large_log);
+    for _ in 0..4 {
+        insert_blocks(&mut s, &mut m, 250, 50, 3);
+    }
     s.sync().unwrap();
     drop(s);
     let mut bytes = vfs.contents(&log_path).unwrap();
@@ -593,40 +602,6 @@ fn blocks_left_by_a_dropped_commit_are_not_read_after_the_next_one() {
     s.sync().unwrap();
     drop(s);
     assert_eq!(checked_content(&vfs), m);
-}
-
-/// A log whose header says version 1 (before a sync's blocks were marked as one
-/// commit) is replayed, then replaced at open by a checkpoint: every block after it is
-/// in the current format, under a header that says so.
-#[test]
-fn a_version_1_log_is_replayed_and_replaced_at_open() {
-    let vfs = FaultVfs::new(13);
-    let mut s = open(&vfs, opts());
-    let mut m = Vec::new();
-    // Syncs of a few entries each: one block per commit, as version 1 wrote them.
-    for round in 0..5u8 {
-        insert_blocks(&mut s, &mut m, 3, 500 + usize::from(round), 2);
-        s.sync().unwrap();
-    }
-    drop(s);
-    let log_path = log_path();
-    let version = |vfs: &FaultVfs| {
-        let log = vfs.contents(&log_path).unwrap();
-        u32::from_le_bytes(log[8..12].try_into().unwrap())
-    };
-    assert_eq!(version(&vfs), 2);
-    let mut log = vfs.contents(&log_path).unwrap();
-    assert!(log.len() > 4096, "the log holds entries");
-    log[8..12].copy_from_slice(&1u32.to_le_bytes());
-    let crc = crc32c::crc32c(&log[..24]);
-    log[24..28].copy_from_slice(&crc.to_le_bytes());
-    vfs.set_contents(&log_path, log).unwrap();
-    let s = open(&vfs, opts());
-    assert_eq!(content(&s), m);
-    assert_eq!(version(&vfs), 2, "the log was replaced");
-    drop(s);
-    vfs.crash(CrashMode::DropUnsynced);
-    assert_eq!(content(&open(&vfs, opts())), m);
 }
 
 /// `replace` is a collapse and an insert made as one change: the GC pass that makes room

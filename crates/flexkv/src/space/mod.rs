@@ -321,16 +321,20 @@ pub struct SpaceOptions {
     /// Largest extent in bytes, at most 1/4 of a segment (the paper's 1/K rule with
     /// K = 32 by default): garbage collection can then always free space.
     pub max_extent: u64,
-    /// After a sync leaves the log larger than this, the tree is checkpointed and the log
-    /// starts over (but see `log_grows_with_tree`).
+    /// After a sync leaves the log with more than this many bytes' worth of entries,
+    /// the tree is checkpointed and the log starts over (but see
+    /// `log_grows_with_tree`). An entry counts 40 bytes here, what it took in the log's
+    /// versions 1 and 2, though it now takes about 8: the limit bounds the entries a
+    /// replay after a crash applies, which is what it costs.
     pub log_capacity: u64,
-    /// Lets the log grow, before a checkpoint, to as many bytes as the tree's last
-    /// checkpoint took when that is more than `log_capacity`. Scattered changes dirty
-    /// most of a large tree's leaves, so a checkpoint costs about the whole tree; with
-    /// a fixed capacity a large space rewrote its tree more often than it wrote data.
-    /// This bounds the tree's writes to about the log's, and the replay after a crash
-    /// to about one tree's worth of entries. On by default; tests that want frequent
-    /// checkpoints turn it off.
+    /// Lets the log grow, before a checkpoint, to as many bytes' worth of entries (as
+    /// `log_capacity` counts them) as the tree's last checkpoint took, when that is
+    /// more than `log_capacity`. Scattered changes dirty most of a large tree's leaves,
+    /// so a checkpoint costs about the whole tree; with a fixed capacity a large space
+    /// rewrote its tree more often than it wrote data. This bounds the tree's writes
+    /// to about the log's worth of entries, and the replay after a crash to about one
+    /// tree's worth of them. On by default; tests that want frequent checkpoints turn
+    /// it off.
     pub log_grows_with_tree: bool,
     /// An optional limit on the data file's size; writes that would need more fail with
     /// [`Error::NoSpace`] and change nothing.
@@ -550,7 +554,7 @@ impl FlexSpace {
         vfs.sync_dir(&dir)?;
         let (treefile, mut tree, mut table) = TreeFile::open(tree_file, opts.tree)?;
         let contents = log::read(&*log_file)?;
-        let mut log = LogWriter::new(contents.next_block);
+        let mut log = LogWriter::new(contents.next_block, contents.ops.len() as u64);
         if contents.epoch.is_some_and(|e| e > treefile.seq()) {
             // A checkpoint's header is durable before the log restarts on top of it, so a
             // newer log means the newest header was lost: refuse rather than drop the log.

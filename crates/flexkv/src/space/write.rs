@@ -357,9 +357,10 @@ impl FlexSpace {
 
     /// Makes every change so far durable (Figure 9): the buffered data is written and
     /// synced, then the log entries that refer to it; segments freed by those entries
-    /// become reusable and their space is returned. If the log has grown past
-    /// `log_capacity` (or, with `log_grows_with_tree`, than the tree's last checkpoint
-    /// if that is larger), the tree is checkpointed and the log starts over.
+    /// become reusable and their space is returned. If the log's entries have grown
+    /// past `log_capacity`'s worth (or, with `log_grows_with_tree`, the tree's last
+    /// checkpoint's if that is larger), the tree is checkpointed and the log starts
+    /// over.
     pub fn sync(&mut self) -> Result<()> {
         self.sync_begin()?;
         let synced = self.sync_data();
@@ -402,7 +403,7 @@ impl FlexSpace {
             if s.opts.log_grows_with_tree {
                 limit = limit.max(s.treefile.durable_bytes());
             }
-            if s.log.size_after_commit() > limit {
+            if s.log.weight() > limit {
                 s.checkpoint_now()?;
             }
             Ok(())
@@ -789,6 +790,57 @@ mod tests {
         (s.tree.extents())
             .filter_map(|e| e.addr.map(|a| (e.offset, e.len, a)))
             .collect()
+    }
+
+    /// Logs of versions 1 and 2 (fixed entries; in version 1 every block a commit) are
+    /// replayed, then replaced at open by a checkpoint: every block after them is in
+    /// the current format, under a header that says so, and a crash after that
+    /// recovers the same content.
+    #[test]
+    fn a_log_of_an_older_version_is_replayed_and_replaced_at_open() {
+        use crate::io::{CrashMode, OpenMode, Vfs};
+        use crate::space::log;
+        use std::path::Path;
+        let path = Path::new("/space/flexspace.log");
+        for version in [1, 2] {
+            let vfs = FaultVfs::new(13);
+            // A log large enough that no checkpoint empties it.
+            let o = SpaceOptions {
+                log_capacity: 1 << 20,
+                ..opts()
+            };
+            let open = |vfs: &FaultVfs| FlexSpace::open(vfs.shared(), "/space", o).unwrap();
+            let content = |s: &FlexSpace| {
+                let mut buf = vec![0u8; s.len() as usize];
+                s.read(0, &mut buf).unwrap();
+                buf
+            };
+            let mut s = open(&vfs);
+            let mut model = Vec::new();
+            for round in 0..5u32 {
+                let block: Vec<u8> = (0..3_000u32).map(|j| (round * 13 + j) as u8).collect();
+                let at = model.len() / 2;
+                s.insert(at as u64, &block).unwrap();
+                model.splice(at..at, block);
+                s.sync().unwrap();
+            }
+            drop(s);
+            let f = vfs.open(path, OpenMode::Existing).unwrap();
+            let current = log::read(&*f).unwrap();
+            assert_eq!(current.version, log::VERSION);
+            assert!(current.ops.len() > 10, "{} entries", current.ops.len());
+            let epoch = current.epoch.unwrap();
+            log::write_fixed(&*f, epoch, version, &current.ops);
+            assert_eq!(log::read(&*f).unwrap().version, version);
+            let s = open(&vfs);
+            assert_eq!(content(&s), model, "version {version}");
+            let replaced = log::read(&*f).unwrap();
+            assert_eq!(replaced.version, log::VERSION, "the log was replaced");
+            assert!(replaced.epoch.unwrap() > epoch, "after a checkpoint");
+            drop(s);
+            vfs.crash(CrashMode::DropUnsynced);
+            assert_eq!(content(&open(&vfs)), model, "version {version}");
+        }
     }
 
     /// A GC pass relocates the part of an extent that runs on into a victim from a
