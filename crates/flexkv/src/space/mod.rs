@@ -327,14 +327,14 @@ pub struct SpaceOptions {
     /// versions 1 and 2, though it now takes about 8: the limit bounds the entries a
     /// replay after a crash applies, which is what it costs.
     pub log_capacity: u64,
-    /// Lets the log grow, before a checkpoint, to as many bytes' worth of entries (as
-    /// `log_capacity` counts them) as the tree's last checkpoint took, when that is
-    /// more than `log_capacity`. Scattered changes dirty most of a large tree's leaves,
-    /// so a checkpoint costs about the whole tree; with a fixed capacity a large space
-    /// rewrote its tree more often than it wrote data. This bounds the tree's writes
-    /// to about the log's worth of entries, and the replay after a crash to about one
-    /// tree's worth of them. On by default; tests that want frequent checkpoints turn
-    /// it off.
+    /// Lets the log grow, before a checkpoint, to twice as many bytes' worth of entries
+    /// (as `log_capacity` counts them) as the tree's last checkpoint took, when that
+    /// is more than `log_capacity`. Scattered changes dirty most of a large tree's
+    /// leaves, so a checkpoint costs about the whole tree; with a fixed capacity a
+    /// large space rewrote its tree more often than it wrote data. This bounds the
+    /// tree's writes to about half the log's worth of entries, and the replay after a
+    /// crash to about two trees' worth of them. On by default; tests that want
+    /// frequent checkpoints turn it off.
     pub log_grows_with_tree: bool,
     /// An optional limit on the data file's size; writes that would need more fail with
     /// [`Error::NoSpace`] and change nothing.
