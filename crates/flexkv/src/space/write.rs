@@ -873,7 +873,7 @@ mod tests {
         // A tree of a few hundred KiB, checkpointed.
         insert(&mut s, 3_000);
         s.checkpoint().unwrap();
-        let mut tree = s.treefile.durable_bytes();
+        let tree = s.treefile.durable_bytes();
         assert!(tree > 8 * o.log_capacity, "a tree of {tree} bytes");
         let mut highest = 0;
         loop {
