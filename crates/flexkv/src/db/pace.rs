@@ -15,10 +15,10 @@
 //! that the two memtables can hold (a load of 1M pairs) is taken at full speed.
 //!
 //! The commit's progress is the share of the frozen memtable's versions applied, slice
-//! by slice, and then, for what follows the last slice (the syncs, the manifest, the
-//! WAL's removal: 40–230 ms at 10M pairs), the time since as a share of what that part
-//! took in the last commits. Both are weighed by how the last commits' time divided
-//! between them.
+//! by slice (running on a little between slices, [`PACE_COAST`]), and then, for what
+//! follows the last slice (the syncs, the manifest, the WAL's removal: 40–230 ms at 10M
+//! pairs), the time since as a share of what that part took in the last commits. Both
+//! are weighed by how the last commits' time divided between them.
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,21 @@ pub(crate) const PACE_LEAD: f64 = 0.125;
 /// How long a paced writer waits before it looks at the commit's progress again (a
 /// slice of the commit takes about 1–3 ms at 10M pairs).
 pub(crate) const PACE_POLL: Duration = Duration::from_millis(1);
+
+/// How far past the versions applied so far a commit's progress may run between two of
+/// its steps (as a share of its versions). Some steps take long: a slice that runs a
+/// GC pass of the space took 70–150 ms at 10M pairs (a walk of every extent, the
+/// relocation and a sync of the data file), and a writer paced by the versions applied
+/// waited for all of it at once, the load's longest waits after its stalls. The
+/// progress a writer is paced by now goes on at [`PACE_RATE`] times the commit's rate
+/// so far meanwhile, up to this far ahead, and never goes back: a writer keeps writing
+/// through such a step at about the rate the commit goes, and waits in short steps.
+pub(crate) const PACE_COAST: f64 = 0.1;
+
+/// How much faster than the commit's average rate so far its progress runs on between
+/// steps ([`PACE_COAST`]): the steps between GC passes run faster than the average,
+/// which counts the passes, and the writer should not fall behind them.
+pub(crate) const PACE_RATE: f64 = 1.2;
 
 /// The fill (share of its budget, 0 to 1) the active memtable may have while the
 /// commit it waits on has made `progress` (0 to 1).
@@ -53,8 +68,13 @@ struct State {
     held: bool,
     /// ...and during the last one: if so, writers are paced.
     held_last: bool,
-    /// Versions it has applied so far.
+    /// Versions it has applied so far, and when it last applied some (or began).
     done: u64,
+    stepped: Option<Instant>,
+    /// The share of its versions writers are paced by, and when that was last worked
+    /// out ([`PACE_COAST`]).
+    paced: f64,
+    paced_at: Option<Instant>,
     /// When its last version was applied.
     applied_at: Option<Instant>,
     /// Of the last commits (smoothed): the share of a commit's time spent before its
@@ -68,6 +88,8 @@ impl CommitPace {
         let mut s = self.0.lock();
         s.running = Some((now, total));
         s.done = 0;
+        s.stepped = Some(now);
+        (s.paced, s.paced_at) = (0.0, Some(now));
         s.applied_at = None;
     }
 
@@ -75,6 +97,7 @@ impl CommitPace {
     pub(crate) fn applied(&self, versions: u64, now: Instant) {
         let mut s = self.0.lock();
         s.done += versions;
+        s.stepped = Some(now);
         if s.running.is_some_and(|(_, total)| s.done >= total) {
             s.mark_applied(now);
         }
@@ -119,7 +142,7 @@ impl CommitPace {
     /// memtable is frozen: [`limit`] of the commit's progress if writers are paced,
     /// else 1.
     pub(crate) fn limit(&self, now: Instant) -> f64 {
-        let s = self.0.lock();
+        let mut s = self.0.lock();
         if !s.held_last {
             return 1.0;
         }
@@ -133,6 +156,30 @@ impl CommitPace {
 }
 
 impl State {
+    /// The share of the running commit's versions (which began at `began`, `total` of
+    /// them) that writers are paced by at `now`: from the share applied or the last
+    /// value, whichever is more, on (since the last step) at [`PACE_RATE`] times the
+    /// rate of the steps so far, up to [`PACE_COAST`] ahead of the share applied; never
+    /// less than before ([`PACE_COAST`] says why).
+    fn paced(&mut self, began: Instant, total: u64, now: Instant) -> f64 {
+        let done = (self.done as f64 / total as f64).min(1.0);
+        let rate = match self.stepped {
+            Some(at) if at > began && done > 0.0 => {
+                PACE_RATE * done / at.duration_since(began).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        // It runs on only since the last step (the rate is that step's).
+        let since = match self.paced_at.max(self.stepped) {
+            Some(at) => now.saturating_duration_since(at).as_secs_f64(),
+            None => 0.0,
+        };
+        let on = (self.paced.max(done) + rate * since).min(done + PACE_COAST);
+        self.paced = on.min(1.0).max(self.paced);
+        self.paced_at = Some(now);
+        self.paced
+    }
+
     /// The running commit's last version is applied now, unless marked before.
     fn mark_applied(&mut self, now: Instant) {
         if self.running.is_some() && self.applied_at.is_none() {
@@ -141,14 +188,14 @@ impl State {
     }
 
     /// The running commit's progress at `now`, from 0 to 1 (0 if none has begun).
-    fn progress(&self, now: Instant) -> f64 {
-        let Some((_, total)) = self.running else {
+    fn progress(&mut self, now: Instant) -> f64 {
+        let Some((began, total)) = self.running else {
             return 0.0;
         };
         let applied = if total == 0 || self.applied_at.is_some() {
             1.0
         } else {
-            (self.done as f64 / total as f64).min(1.0)
+            self.paced(began, total, now)
         };
         let Some((share, rest)) = self.last else {
             // No commit measured yet: the versions alone.
@@ -360,6 +407,34 @@ mod tests {
         assert!((at - (share + (1.0 - share) * 0.5)).abs() < 1e-9, "{at}");
     }
 
+    /// Between two steps of the commit, its progress goes on at a little more than the
+    /// rate of the steps so far, up to [`PACE_COAST`] past what was applied, and never
+    /// goes back.
+    #[test]
+    fn between_steps_progress_goes_on_at_the_commits_rate_and_never_back() {
+        let p = CommitPace::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        p.begin(1000, t0);
+        assert_eq!(p.progress(t0 + ms(50)), 0.0, "no rate before a first step");
+        // A tenth in 100 ms: one a second, and on at 1.2 a second.
+        p.applied(100, t0 + ms(100));
+        assert_eq!(p.progress(t0 + ms(100)), 0.1);
+        let on = p.progress(t0 + ms(120));
+        assert!((on - (0.1 + 0.02 * PACE_RATE)).abs() < 1e-9, "{on}");
+        let far = p.progress(t0 + ms(900));
+        assert!((far - (0.1 + PACE_COAST)).abs() < 1e-9, "no further: {far}");
+        // A step that applied less than it ran on to does not take it back...
+        p.applied(50, t0 + ms(1_000));
+        assert_eq!(p.progress(t0 + ms(1_000)), far);
+        // ...one that applied more takes it there.
+        p.applied(200, t0 + ms(1_010));
+        assert_eq!(p.progress(t0 + ms(1_010)), 0.35);
+        // Nearly done: never past the whole.
+        p.applied(640, t0 + ms(1_100));
+        assert_eq!(p.progress(t0 + ms(1_500)), 1.0);
+    }
+
     #[test]
     fn equal_versions_applied_as_one_still_end_the_applying() {
         let p = CommitPace::default();
@@ -371,7 +446,7 @@ mod tests {
         // Two versions were one: `applied` never sees the total.
         p.begin(10, t0 + ms(200));
         p.applied(9, t0 + ms(250));
-        let before = p.progress(t0 + ms(260));
+        let before = p.progress(t0 + ms(250));
         p.all_applied(t0 + ms(260));
         let after = p.progress(t0 + ms(285));
         assert!(before < 0.5 && after > before, "{before} {after}");
