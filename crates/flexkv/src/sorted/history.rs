@@ -8,8 +8,8 @@
 //! version encoded as a sorted-keyspace [`Record`] (with its own prior pointer and
 //! checksum). Byte layout in `docs/format.md`.
 
-use super::record::{varint, Record, RecordValue};
-use crate::le::put_varint;
+use super::record::{Record, RecordValue};
+use crate::le::{get_varint as varint, put_varint};
 use crate::memtable::{KeyspaceId, Value};
 use crate::vlog::{Holder, NewValue, Pointer, ValueLog};
 use crate::{Error, Result};

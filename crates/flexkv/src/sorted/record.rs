@@ -4,9 +4,7 @@
 //! a CRC-32C over the whole record, so a reader that lands on a record (from the sparse
 //! index, or by `read_extent` during recovery) can tell it is whole.
 
-pub(crate) use crate::le::get_varint as varint;
-use crate::le::put_varint;
-use crate::le::{get_u32, push_u32};
+use crate::le::{get_u32, get_varint as varint, push_u32, put_varint};
 use crate::vlog::Pointer;
 
 const TOMBSTONE: u8 = 1;

@@ -324,7 +324,7 @@ pub struct SpaceOptions {
     /// After a sync leaves the log with more than this many bytes' worth of entries,
     /// the tree is checkpointed and the log starts over (but see
     /// `log_grows_with_tree`). An entry counts 40 bytes here, what it took in the log's
-    /// versions 1 and 2, though it now takes about 8: the limit bounds the entries a
+    /// versions 1 and 2, though it now takes about 5: the limit bounds the entries a
     /// replay after a crash applies, which is what it costs.
     pub log_capacity: u64,
     /// Lets the log grow, before a checkpoint, to twice as many bytes' worth of entries
