@@ -14,7 +14,8 @@
 //!
 //! A new segment is started at every open and whenever the active one passes the
 //! segment size; the old one is synced first, so a sync of the active segment covers
-//! everything before it.
+//! everything before it. The active segment's write-back is started every
+//! [`WRITEBACK_EVERY`] bytes, so that sync finds little left to write.
 
 pub(crate) mod format;
 pub(crate) mod group;
@@ -26,7 +27,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::io::{Numbered, OpenMode, Vfs, VfsFile};
+use crate::io::{Numbered, OpenMode, Vfs, VfsFile, WRITEBACK_EVERY};
 use crate::{Error, Result};
 use format::{Found, Group, Op};
 
@@ -55,6 +56,8 @@ struct Writer {
     len: u64,
     /// The file's space is reserved up to here (zeros past `len` read as a clean end).
     allocated: u64,
+    /// How far the segment's write-back has been started ([`WRITEBACK_EVERY`]).
+    started: u64,
 }
 
 /// How far ahead of the write position WAL space is reserved (with zeros, see
@@ -285,6 +288,12 @@ impl Wal {
         }
         w.file.write_at(&buf, w.len)?;
         w.len = end;
+        if w.len - w.started >= WRITEBACK_EVERY {
+            // Without it, the sync that closes the segment (at every memtable's freeze,
+            // in a writer's path) wrote the whole memtable's log: 23–33 ms at 64 MiB.
+            w.file.start_writeback(w.started, w.len - w.started);
+            w.started = w.len;
+        }
         self.bytes_written
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         keep_reusable(&mut buf);
@@ -435,6 +444,7 @@ fn create_segment(vfs: &dyn Vfs, dir: &Path, id: u32) -> Result<Writer> {
         file,
         len,
         allocated: 0,
+        started: 0,
     })
 }
 

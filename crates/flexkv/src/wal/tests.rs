@@ -192,3 +192,42 @@ fn a_reused_buffer_is_emptied_and_a_huge_one_freed() {
     keep_reusable(&mut huge);
     assert_eq!(huge.capacity(), 0, "an outgrown buffer is freed");
 }
+
+#[test]
+fn write_back_of_a_segment_starts_every_few_mebibytes_of_log() {
+    let vfs = FaultVfs::new(7);
+    vfs.create_dir_all(dir()).unwrap();
+    let (wal, _) = Wal::recover(vfs.shared(), dir(), 64 << 20, 0, false, |_| Ok(true)).unwrap();
+    let first = dir().join(segment_name(1));
+    // Where the segment ended each time a write-back was started.
+    let mut ends = Vec::new();
+    let mut s = 1;
+    while wal.writer.lock().len < 10 << 20 {
+        wal.append(&group(s - 1, s, 400)).unwrap();
+        s += 400;
+        if vfs.writebacks(&first).len() > ends.len() {
+            ends.push(wal.writer.lock().len);
+        }
+    }
+    // Each start covers what was appended since the last one, from the segment's
+    // start on, as soon as that reached WRITEBACK_EVERY (a group is about 25 KiB).
+    let starts = vfs.writebacks(&first);
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    let mut from = 0;
+    for (&(offset, len), &upto) in starts.iter().zip(&ends) {
+        assert_eq!((offset, offset + len), (from, upto));
+        assert!(
+            (WRITEBACK_EVERY..WRITEBACK_EVERY + (32 << 10)).contains(&len),
+            "{len}"
+        );
+        from = upto;
+    }
+    // The next segment counts from its own start.
+    assert_eq!(wal.rotate().unwrap(), 1);
+    let second = dir().join(segment_name(2));
+    while vfs.writebacks(&second).is_empty() {
+        wal.append(&group(s - 1, s, 400)).unwrap();
+        s += 400;
+    }
+    assert_eq!(vfs.writebacks(&second)[0].0, 0);
+}
