@@ -79,6 +79,25 @@ pub trait Vfs: Send + Sync + fmt::Debug {
 /// 16 MiB (docs/benchmarks.md, fifty-fifth session).
 pub(crate) const WRITEBACK_EVERY: u64 = 4 << 20;
 
+/// Checks the write-backs started on a file as it grew (`starts`, from
+/// [`FaultVfs::writebacks`]): each covers what was appended since the one before, from
+/// the file's start, ending where the file ended when it was started (`ends`), so at
+/// least [`WRITEBACK_EVERY`] bytes and less than that plus `slack` (one append's
+/// bytes). Returns where the last one ends.
+#[cfg(test)]
+pub(crate) fn assert_writeback_steps(starts: &[(u64, u64)], ends: &[u64], slack: u64) -> u64 {
+    let mut from = 0;
+    for (&(offset, len), &upto) in starts.iter().zip(ends) {
+        assert_eq!((offset, offset + len), (from, upto));
+        assert!(
+            (WRITEBACK_EVERY..WRITEBACK_EVERY + slack).contains(&len),
+            "{len}"
+        );
+        from = upto;
+    }
+    from
+}
+
 /// An open file. All offsets are absolute (positional I/O); handles are shared between
 /// threads freely.
 pub trait VfsFile: Send + Sync + fmt::Debug {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::io::{CrashMode, FaultVfs};
+use crate::io::{assert_writeback_steps, CrashMode, FaultVfs};
 
 const DIR: &str = "/db";
 
@@ -455,15 +455,7 @@ fn write_back_of_a_segment_starts_every_few_mebibytes_of_values() {
     // start on, as soon as that reached WRITEBACK_EVERY (so within a record of it).
     let starts = vfs.writebacks(&path);
     assert_eq!(starts.len(), 3, "{end} bytes appended: {starts:?}");
-    let mut from = 0;
-    for (&(offset, len), &upto) in starts.iter().zip(&ends) {
-        assert_eq!((offset, offset + len), (from, upto));
-        assert!(
-            (WRITEBACK_EVERY..WRITEBACK_EVERY + (65 << 10)).contains(&len),
-            "{len}"
-        );
-        from = upto;
-    }
+    let from = assert_writeback_steps(&starts, &ends, 65 << 10);
     assert!(
         end - from < WRITEBACK_EVERY,
         "{end} appended, {from} started"

@@ -1,6 +1,6 @@
 use super::format::{encode_batch, encode_group_header, OpRef};
 use super::*;
-use crate::io::{CrashMode, FaultVfs};
+use crate::io::{assert_writeback_steps, CrashMode, FaultVfs};
 
 const DIR: &str = "/db";
 
@@ -213,15 +213,7 @@ fn write_back_of_a_segment_starts_every_few_mebibytes_of_log() {
     // start on, as soon as that reached WRITEBACK_EVERY (a group is about 25 KiB).
     let starts = vfs.writebacks(&first);
     assert_eq!(starts.len(), 2, "{starts:?}");
-    let mut from = 0;
-    for (&(offset, len), &upto) in starts.iter().zip(&ends) {
-        assert_eq!((offset, offset + len), (from, upto));
-        assert!(
-            (WRITEBACK_EVERY..WRITEBACK_EVERY + (32 << 10)).contains(&len),
-            "{len}"
-        );
-        from = upto;
-    }
+    assert_writeback_steps(&starts, &ends, 32 << 10);
     // The next segment counts from its own start.
     assert_eq!(wal.rotate().unwrap(), 1);
     let second = dir().join(segment_name(2));
