@@ -361,13 +361,13 @@ impl SparseIndex {
         forward: bool,
         mut visit: impl FnMut(&'a [u8], &'a Slot) -> bool,
     ) {
-        self.walk_intervals(from, forward, |key, _, _, slot| visit(key, slot));
+        self.walk_intervals(from, forward, 0, |key, _, _, slot| visit(key, slot));
     }
 
     /// Tells `visit` every interval's size and cache slot, in key order (so each
     /// interval starts where the one before it ended, the first at 0).
     pub(crate) fn walk_sizes(&self, mut visit: impl FnMut(u64, &Slot)) {
-        self.walk_intervals(None, true, |_, _, size, slot| {
+        self.walk_intervals(None, true, 0, |_, _, size, slot| {
             visit(size, slot);
             true
         });
@@ -375,11 +375,14 @@ impl SparseIndex {
 
     /// [`SparseIndex::walk_slots`], telling `visit` each interval's offset and size
     /// too: the first's from the path down to it, each later one's from its neighbour
-    /// (intervals lie end to end), with no search.
+    /// (intervals lie end to end), with no search. With `ahead` above 0, each step asks
+    /// for the cached interval `ahead` slots further on in the same leaf
+    /// ([`Slot::prefetch`]); the first step in a leaf asks for all up to there.
     pub(crate) fn walk_intervals<'a>(
         &'a self,
         from: Option<&[u8]>,
         forward: bool,
+        ahead: usize,
         mut visit: impl FnMut(&'a [u8], u64, u64, &'a Slot) -> bool,
     ) {
         let mut path = match from {
@@ -405,7 +408,22 @@ impl SparseIndex {
                 unreachable!("paths end at leaves")
             };
             let shift = cursor.is_none().then(|| self.path_shift(&path));
-            let mut visit = |i| {
+            let mut first = true;
+            let mut visit = |i: usize| {
+                if ahead > 0 {
+                    let near = if first { 1 } else { ahead };
+                    first = false;
+                    for d in near..=ahead {
+                        let k = if forward {
+                            i.checked_add(d)
+                        } else {
+                            i.checked_sub(d)
+                        };
+                        if let Some(s) = k.and_then(|k| slots.get(k)) {
+                            s.prefetch();
+                        }
+                    }
+                }
                 let size = size_in(partial, *end, i);
                 let offset = match (cursor, shift) {
                     (Some(c), _) if forward => c,

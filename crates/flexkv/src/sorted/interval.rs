@@ -204,10 +204,7 @@ impl Next {
     /// line and is never a fault.)
     pub(crate) fn prefetch(&self) {
         if let Some((_, next)) = &*self.0.lock() {
-            // The `Arc`'s two counts precede the struct in its block.
-            let counts = 2 * std::mem::size_of::<usize>();
-            let start = next.as_ptr().cast::<u8>().wrapping_sub(counts);
-            crate::prefetch::prefetch_bytes(start, counts + std::mem::size_of::<Loaded>());
+            prefetch_struct(next.as_ptr());
         }
     }
 
@@ -230,6 +227,15 @@ impl Next {
 }
 
 not_content!(Next);
+
+/// Asks the processor for the struct of the interval at `l` and the `Arc`'s two counts,
+/// which precede it in its block (taking it writes them), without reading either: `l`
+/// may be an interval already gone (a hint never faults).
+pub(crate) fn prefetch_struct(l: *const Loaded) {
+    let counts = 2 * std::mem::size_of::<usize>();
+    let start = l.cast::<u8>().wrapping_sub(counts);
+    crate::prefetch::prefetch_bytes(start, counts + std::mem::size_of::<Loaded>());
+}
 
 /// The key fingerprint of FlexDB's interval cache.
 pub(crate) fn fingerprint(key: &[u8]) -> u16 {

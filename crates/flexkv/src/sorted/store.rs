@@ -99,6 +99,9 @@ pub(crate) struct StoreCounters {
 /// one driver pair and 0.9 in another, and `compare`'s seekrandom 1.08 (median of
 /// three pairs; docs/benchmarks.md, thirty-eighth session).
 const SPACE_AHEAD: usize = 16;
+/// How many slots ahead of the interval it takes a scan's walk asks for the cached
+/// interval's struct ([`SparseIndex::walk_intervals`]).
+const SLOTS_AHEAD: usize = 3;
 
 /// At most this many intervals wait to be rewritten for the reads
 /// ([`SortedStore::wanted`]); misses past it are not remembered.
@@ -649,7 +652,7 @@ impl SortedStore {
         // Intervals read from the space in a row are read with one walk of the tree.
         let mut cursor: Option<Cursor<'_>> = None;
         st.index
-            .walk_intervals(start, forward, |key, offset, size, slot| {
+            .walk_intervals(start, forward, SLOTS_AHEAD, |key, offset, size, slot| {
                 let prev = out.last().filter(|_| linkable).map(|r| &r.interval);
                 let linked = match hint.take() {
                     Some((_, l)) if key <= l.key(0) => Some(Arc::clone(l)),
@@ -948,7 +951,7 @@ impl SortedStore {
         // Every interval's shortcut that still holds reads what the space holds for it.
         let mut shortcuts = Vec::new();
         st.index
-            .walk_intervals(None, true, |key, offset, size, slot| {
+            .walk_intervals(None, true, 0, |key, offset, size, slot| {
                 shortcuts.extend(slot.shortcut().map(|s| (key, offset, size, s)));
                 true
             });

@@ -162,10 +162,12 @@ fn random_operations_match_a_model() {
                     "seed {seed} step {step}: {probe:?}"
                 );
                 assert_eq!(ix.find_key(&probe), want[at].key, "find_key of {probe:?}");
-                // Walks from it both ways, across leaves, stopping where told.
+                // Walks from it both ways, across leaves, stopping where told, asking
+                // for slots ahead or not (which must not change what they visit).
                 let take = rng.random_range(1..40);
+                let ahead = rng.random_range(0..5);
                 let mut walked = Vec::new();
-                ix.walk_keys(Some(&probe), true, |k| {
+                ix.walk_intervals(Some(&probe), true, ahead, |k, _, _, _| {
                     walked.push(k.to_vec());
                     walked.len() < take
                 });
@@ -176,7 +178,7 @@ fn random_operations_match_a_model() {
                     .collect();
                 assert_eq!(walked, forward, "walking forward from {probe:?}");
                 walked.clear();
-                ix.walk_keys(Some(&probe), false, |k| {
+                ix.walk_intervals(Some(&probe), false, ahead, |k, _, _, _| {
                     walked.push(k.to_vec());
                     walked.len() < take
                 });
