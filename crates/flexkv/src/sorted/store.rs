@@ -698,10 +698,6 @@ impl SortedStore {
                     }
                     None => return false,
                 };
-                if !matches!(bound, Bound::Unbounded) {
-                    // The seek's binary search would meet the records' misses one by one.
-                    loaded.touch(0..loaded.len());
-                }
                 found += push_run(&mut out, loaded, &mut bound, forward);
                 found < min.max(ahead)
             });
@@ -1265,12 +1261,12 @@ fn run_range(loaded: &Loaded, from: Bound<&[u8]>, forward: bool) -> std::ops::Ra
         Bound::Unbounded => 0..loaded.len(),
         Bound::Included(k) | Bound::Excluded(k) => {
             let at = loaded.seek(k);
-            let hit = at < loaded.len() && loaded.key(at) == k;
-            let past = at + usize::from(hit);
+            // Past `k` itself, if it is there: looked at only where the bound needs it.
+            let past = || at + usize::from(at < loaded.len() && loaded.key(at) == k);
             match (forward, matches!(from, Bound::Included(_))) {
                 (true, true) => at..loaded.len(),
-                (true, false) => past..loaded.len(),
-                (false, true) => 0..past,
+                (true, false) => past()..loaded.len(),
+                (false, true) => 0..past(),
                 (false, false) => 0..at,
             }
         }

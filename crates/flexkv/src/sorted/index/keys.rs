@@ -22,6 +22,7 @@
 use std::cmp::Ordering;
 
 use super::grow;
+use crate::sorted::interval::{common_prefix, head};
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct Keys {
@@ -35,19 +36,6 @@ pub(super) struct Keys {
 
 /// The longest shared prefix kept in the struct; a longer one is read from the first key.
 const LEAD: usize = 16;
-
-/// The 4 bytes of `key` after its first `prefix`, zero-padded, as a big-endian number.
-fn head(key: &[u8], prefix: usize) -> u32 {
-    let mut b = [0u8; 4];
-    let rest = key.get(prefix..).unwrap_or_default();
-    let n = rest.len().min(4);
-    b[..n].copy_from_slice(&rest[..n]);
-    u32::from_be_bytes(b)
-}
-
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
 
 impl Keys {
     /// The keys of `keys`, which must be in increasing order.
