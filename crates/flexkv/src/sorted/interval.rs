@@ -5,8 +5,8 @@
 //! keep them), so a seek's binary search compares numbers in the struct and reads a
 //! key's bytes only where a head ties with the key sought. A seek read the bytes of
 //! about four keys before, each on a line of its own: at 1M pairs, 1-pair scans ran
-//! 1.2× and seekrandom 1.04× as fast with the heads (docs/benchmarks.md, sixtieth
-//! session). Where each key lies within its record is kept too, so a key is a slice,
+//! 1.2× and seekrandom 1.02× as fast with the heads, YCSB E level (docs/benchmarks.md,
+//! sixtieth session). Where each key lies within its record is kept too, so a key is a slice,
 //! not a header to decode, however often a search or a scan asks.
 //!
 //! Invariants (checked by [`Loaded::parse`], which every interval read from the space
@@ -56,7 +56,7 @@ struct Span {
 /// the mark a link's walk checks.
 /// Left to the compiler they went to the struct's far end, two more cache misses per
 /// interval a scan passes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[repr(C)]
 pub(crate) struct Loaded {
     /// The interval after this one, as a forward scan last found it cached.
@@ -79,6 +79,9 @@ pub(crate) struct Loaded {
     spans: SmallVec<[Span; INLINE_RECORDS]>,
     /// The 4 bytes of each key after `prefix` ([`head`]): a seek's binary search
     /// compares these, in the struct, and reads a key's bytes only where two are equal.
+    /// Worked out for the intervals the committer builds and those the cache takes in
+    /// ([`Loaded::with_heads`]), not for the many more a keyspace larger than the
+    /// cache reads from the space once (empty then: a seek compares keys).
     heads: SmallVec<[u32; INLINE_RECORDS]>,
 }
 
@@ -114,6 +117,21 @@ fn span_key(bytes: &[u8], span: Span) -> &[u8] {
     let at = span.start as usize + usize::from(span.key_off);
     &bytes[at..at + usize::from(span.key_len)]
 }
+
+/// Two intervals are equal when their records are and both are (or neither is) marked
+/// fragmented: the rest is bookkeeping about an interval, or worked out from its
+/// records (the heads, which an interval read from the space gets only if it is
+/// cached).
+impl PartialEq for Loaded {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+            && self.fps == other.fps
+            && self.spans == other.spans
+            && self.fragmented == other.fragmented
+    }
+}
+
+impl Eq for Loaded {}
 
 /// A CLOCK reference bit: set by a read, cleared by the cache's hand. Not part of an
 /// interval's content: a clone starts unreferenced and equality ignores it.
@@ -314,7 +332,7 @@ impl Loaded {
             starts.push(to_u32(at));
             at += n;
         }
-        Ok(Loaded::from_parts(bytes, starts))
+        Ok(Loaded::build(bytes, starts, false))
     }
 
     /// Builds an interval from records already encoded back to back (by the committer,
@@ -322,7 +340,12 @@ impl Loaded {
     /// allocation of exactly their length (copied if `bytes` has room to spare): a
     /// cached interval lives long, and room reserved for building it would be memory
     /// the cache holds without using (two fifths more at 1M pairs: 166 MiB for 119).
-    pub(crate) fn from_parts(mut bytes: Vec<u8>, starts: Vec<u32>) -> Loaded {
+    pub(crate) fn from_parts(bytes: Vec<u8>, starts: Vec<u32>) -> Loaded {
+        Loaded::build(bytes, starts, true)
+    }
+
+    /// [`Loaded::from_parts`], with the heads only if `heads`.
+    fn build(mut bytes: Vec<u8>, starts: Vec<u32>, heads: bool) -> Loaded {
         if bytes.capacity() > bytes.len() {
             bytes = bytes.as_slice().to_vec();
         }
@@ -331,16 +354,18 @@ impl Loaded {
             Err(_) => unreachable!("records are verified before they become an interval"),
         };
         let p = match (starts.first(), starts.last()) {
-            (Some(&first), Some(&last)) => shared(key_at(first), key_at(last)),
+            (Some(&first), Some(&last)) if heads => shared(key_at(first), key_at(last)),
             _ => 0,
         };
         let mut fps = SmallVec::with_capacity(starts.len());
         let mut spans = SmallVec::with_capacity(starts.len());
-        let mut heads = SmallVec::with_capacity(starts.len());
+        let mut hs = SmallVec::with_capacity(if heads { starts.len() } else { 0 });
         for &start in &starts {
             let key = key_at(start);
             fps.push(fingerprint(key));
-            heads.push(head(key, p));
+            if heads {
+                hs.push(head(key, p));
+            }
             let off = key.as_ptr() as usize - bytes[start as usize..].as_ptr() as usize;
             spans.push(Span {
                 start,
@@ -349,12 +374,24 @@ impl Loaded {
                 key_off: u8::try_from(off).unwrap_or_else(|_| unreachable!("headers are short")),
             });
         }
-        Loaded::assemble(bytes, fps, spans, heads, p)
+        Loaded::assemble(bytes, fps, spans, hs, p)
+    }
+
+    /// This interval with its keys' heads, worked out if it has none: for an interval
+    /// read from the space that the cache takes in.
+    pub(crate) fn with_heads(self) -> Loaded {
+        if self.heads.len() == self.len() {
+            return self;
+        }
+        let fragmented = self.fragmented;
+        let mut l = Loaded::heads_afresh(self.bytes, self.fps, self.spans);
+        l.fragmented = fragmented;
+        l
     }
 
     /// An interval of these records, its keys' shared prefix and heads worked out
     /// afresh (a slice or a concatenation shares a different prefix than its parts).
-    fn with_heads(
+    fn heads_afresh(
         bytes: Vec<u8>,
         fps: SmallVec<[u16; INLINE_RECORDS]>,
         spans: SmallVec<[Span; INLINE_RECORDS]>,
@@ -402,7 +439,7 @@ impl Loaded {
         }
         let base = self.spans[range.start].start;
         let end = self.span(range.end - 1).1;
-        Loaded::with_heads(
+        Loaded::heads_afresh(
             self.bytes[base as usize..end].to_vec(),
             self.fps[range.clone()].into(),
             self.spans[range]
@@ -428,7 +465,7 @@ impl Loaded {
             start: s.start + base,
             ..*s
         }));
-        Loaded::with_heads(bytes, fps, spans)
+        Loaded::heads_afresh(bytes, fps, spans)
     }
 
     /// The number of records.
@@ -506,6 +543,19 @@ impl Loaded {
     /// head equals `key`'s.
     pub(crate) fn seek(&self, key: &[u8]) -> usize {
         let n = self.len();
+        if self.heads.len() != n {
+            // No heads (read from the space, not cached): the keys themselves.
+            let (mut lo, mut hi) = (0, n);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                if self.key(mid) < key {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            return lo;
+        }
         if n == 0 {
             return 0;
         }
@@ -662,20 +712,29 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
         /// A seek by the heads finds what a search of the whole keys finds, in an
-        /// interval parsed from its bytes and in its slices and their concatenation
-        /// (which share other prefixes than the whole).
+        /// interval given its heads after it was parsed from its bytes (without), in
+        /// one built from its parts, and in its slices and their concatenation (which
+        /// share other prefixes than the whole); one parsed and given none seeks by
+        /// its keys.
         #[test]
         fn a_seek_by_heads_finds_what_comparing_whole_keys_finds(
             (keys, targets) in keys_and_targets(),
             cut in 0..20usize,
         ) {
             let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-            let iv = Loaded::parse(interval(&refs)).unwrap();
+            let bare = Loaded::parse(interval(&refs)).unwrap();
+            prop_assert!(bare.heads.is_empty());
+            let iv = bare.clone().with_heads();
+            prop_assert_eq!(iv.heads.len(), keys.len());
+            let starts = iv.spans.iter().map(|s| s.start).collect();
+            let built = Loaded::from_parts(iv.bytes().to_vec(), starts);
+            prop_assert_eq!(&built.heads, &iv.heads);
             let cut = cut.min(keys.len());
             let (a, b) = (iv.slice(0..cut), iv.slice(cut..keys.len()));
             let joined = a.concat(&b);
             for t in targets.iter().chain(keys.iter()) {
                 let want = keys.partition_point(|k| k < t);
+                prop_assert_eq!(bare.seek(t), want);
                 prop_assert_eq!(iv.seek(t), want);
                 prop_assert_eq!(joined.seek(t), want);
                 prop_assert_eq!(a.seek(t), keys[..cut].partition_point(|k| k < t));

@@ -448,7 +448,7 @@ impl SortedStore {
             return Ok(found);
         }
         let (l, _) = self.read_interval_at(&st.space, &iv, Some(slot), None)?;
-        let l = Arc::new(l);
+        let l = Arc::new(l.with_heads());
         self.cache_put(st, &iv.key, Arc::clone(&l));
         Ok(find_version(&l, key))
     }
@@ -729,13 +729,14 @@ impl SortedStore {
     ) -> Result<Arc<Loaded>> {
         self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         let (l, extents) = self.read_interval_at(&st.space, iv, Some(slot), Some(cursor))?;
-        let l = Arc::new(l);
         if self.cache.admits(&iv.key, l.footprint(), self.fits(st)) {
+            let l = Arc::new(l.with_heads());
             self.cache_put(st, &iv.key, Arc::clone(&l));
+            Ok(l)
         } else {
             self.want_rewrite(&st.space, iv, extents);
+            Ok(Arc::new(l))
         }
-        Ok(l)
     }
 
     /// Whether the whole keyspace would fit in the cache
