@@ -6,8 +6,8 @@
 //! key's bytes only where a head ties with the key sought. A seek read the bytes of
 //! about four keys before, each on a line of its own: at 1M pairs, 1-pair scans ran
 //! 1.2× and seekrandom 1.02× as fast with the heads, YCSB E level (docs/benchmarks.md,
-//! sixtieth session). Where each key lies within its record is kept too, so a key is a slice,
-//! not a header to decode, however often a search or a scan asks.
+//! sixtieth session). Where each key lies within its record is kept too, so a key is a
+//! slice, not a header to decode, however often a search or a scan asks.
 //!
 //! Invariants (checked by [`Loaded::parse`], which every interval read from the space
 //! goes through): the bytes are whole records back to back, each with a good checksum,
