@@ -74,7 +74,9 @@ pub(crate) struct Loaded {
     prefix: u8,
     /// ...and the first of them, if they are at most [`LEAD`].
     lead: [u8; LEAD],
-    bytes: Vec<u8>,
+    /// Exactly the records' bytes (a boxed slice: no capacity word, and no room
+    /// beyond them).
+    bytes: Box<[u8]>,
     fps: SmallVec<[u16; INLINE_RECORDS]>,
     spans: SmallVec<[Span; INLINE_RECORDS]>,
     /// The 4 bytes of each key after `prefix` ([`head`]): a seek's binary search
@@ -87,7 +89,7 @@ pub(crate) struct Loaded {
 
 /// The longest shared prefix of an interval's keys kept in its struct (in what was the
 /// padding before `bytes`); a longer one is read from its first key.
-const LEAD: usize = 4;
+const LEAD: usize = 8;
 
 /// The 4 bytes of `key` after its first `prefix`, zero-padded, as a big-endian number.
 /// Among keys that share their first `prefix` bytes, heads keep the keys' order (a
@@ -384,7 +386,7 @@ impl Loaded {
             return self;
         }
         let fragmented = self.fragmented;
-        let mut l = Loaded::heads_afresh(self.bytes, self.fps, self.spans);
+        let mut l = Loaded::heads_afresh(self.bytes.into_vec(), self.fps, self.spans);
         l.fragmented = fragmented;
         l
     }
@@ -419,7 +421,7 @@ impl Loaded {
             to.copy_from_slice(&span_key(&bytes, *first)[..prefix]);
         }
         Loaded {
-            bytes,
+            bytes: bytes.into_boxed_slice(),
             fps,
             spans,
             heads,
@@ -591,7 +593,7 @@ impl Loaded {
 
     /// Bytes of memory this interval takes, for the cache's budget.
     pub(crate) fn footprint(&self) -> usize {
-        overhead(self.spans.len()) + self.bytes.capacity()
+        overhead(self.spans.len()) + self.bytes.len()
     }
 }
 
@@ -774,10 +776,10 @@ mod tests {
         let mut roomy = Vec::with_capacity(4 * bytes.len());
         roomy.extend_from_slice(&bytes);
         let iv = Loaded::from_parts(roomy, starts);
-        assert_eq!(iv.bytes.capacity(), bytes.len());
+        assert_eq!(iv.bytes.len(), bytes.len());
         assert_eq!(iv.footprint(), overhead(3) + bytes.len());
         let joined = iv.slice(0..1).concat(&iv.slice(1..3));
-        assert_eq!(joined.bytes.capacity(), bytes.len());
+        assert_eq!(joined.bytes.len(), bytes.len());
         assert_eq!(joined.footprint(), iv.footprint());
     }
 
