@@ -108,12 +108,6 @@ pub(crate) fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// The prefix an interval from key `first` to key `last` keeps: what the two share
-/// (sorted keys share exactly that), up to 255 bytes.
-fn shared(first: &[u8], last: &[u8]) -> usize {
-    common_prefix(first, last).min(usize::from(u8::MAX))
-}
-
 /// The key that `span` places in `bytes`.
 fn span_key(bytes: &[u8], span: Span) -> &[u8] {
     let at = span.start as usize + usize::from(span.key_off);
@@ -351,24 +345,16 @@ impl Loaded {
         if bytes.capacity() > bytes.len() {
             bytes = bytes.as_slice().to_vec();
         }
-        let key_at = |start: u32| match peek_key(&bytes[start as usize..]) {
-            Ok(k) => k,
-            Err(_) => unreachable!("records are verified before they become an interval"),
-        };
-        let p = match (starts.first(), starts.last()) {
-            (Some(&first), Some(&last)) if heads => shared(key_at(first), key_at(last)),
-            _ => 0,
-        };
         let mut fps = SmallVec::with_capacity(starts.len());
         let mut spans = SmallVec::with_capacity(starts.len());
-        let mut hs = SmallVec::with_capacity(if heads { starts.len() } else { 0 });
         for &start in &starts {
-            let key = key_at(start);
+            let rec = &bytes[start as usize..];
+            let key = match peek_key(rec) {
+                Ok(k) => k,
+                Err(_) => unreachable!("records are verified before they become an interval"),
+            };
             fps.push(fingerprint(key));
-            if heads {
-                hs.push(head(key, p));
-            }
-            let off = key.as_ptr() as usize - bytes[start as usize..].as_ptr() as usize;
+            let off = key.as_ptr() as usize - rec.as_ptr() as usize;
             spans.push(Span {
                 start,
                 key_len: u16::try_from(key.len())
@@ -376,7 +362,11 @@ impl Loaded {
                 key_off: u8::try_from(off).unwrap_or_else(|_| unreachable!("headers are short")),
             });
         }
-        Loaded::assemble(bytes, fps, spans, hs, p)
+        if heads {
+            Loaded::heads_afresh(bytes, fps, spans)
+        } else {
+            Loaded::assemble(bytes, fps, spans, SmallVec::new(), 0)
+        }
     }
 
     /// This interval with its keys' heads, worked out if it has none: for an interval
@@ -399,8 +389,9 @@ impl Loaded {
         spans: SmallVec<[Span; INLINE_RECORDS]>,
     ) -> Loaded {
         let key = |s: &Span| span_key(&bytes, *s);
+        // Sorted keys share exactly what the first and the last share; up to 255.
         let p = match (spans.first(), spans.last()) {
-            (Some(first), Some(last)) => shared(key(first), key(last)),
+            (Some(first), Some(last)) => common_prefix(key(first), key(last)).min(255),
             _ => 0,
         };
         let heads = spans.iter().map(|s| head(key(s), p)).collect();
@@ -547,16 +538,7 @@ impl Loaded {
         let n = self.len();
         if self.heads.len() != n {
             // No heads (read from the space, not cached): the keys themselves.
-            let (mut lo, mut hi) = (0, n);
-            while lo < hi {
-                let mid = (lo + hi) / 2;
-                if self.key(mid) < key {
-                    lo = mid + 1;
-                } else {
-                    hi = mid;
-                }
-            }
-            return lo;
+            return partition(n, |i| self.key(i) < key);
         }
         if n == 0 {
             return 0;
@@ -574,27 +556,31 @@ impl Loaded {
             std::cmp::Ordering::Equal => {}
         }
         let h = head(key, p);
-        let (mut lo, mut hi) = (0, n);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let below = match self.heads[mid].cmp(&h) {
-                std::cmp::Ordering::Less => true,
-                std::cmp::Ordering::Greater => false,
-                std::cmp::Ordering::Equal => self.key(mid) < key,
-            };
-            if below {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
+        partition(n, |i| match self.heads[i].cmp(&h) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Greater => false,
+            std::cmp::Ordering::Equal => self.key(i) < key,
+        })
     }
 
     /// Bytes of memory this interval takes, for the cache's budget.
     pub(crate) fn footprint(&self) -> usize {
         overhead(self.spans.len()) + self.bytes.len()
     }
+}
+
+/// How many of `0..n` are `below`, which holds for a prefix of them.
+fn partition(n: usize, below: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if below(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 fn to_u32(n: usize) -> u32 {
@@ -748,8 +734,9 @@ mod tests {
     #[test]
     fn the_struct_and_its_arc_counts_fit_a_320_byte_block() {
         // The heads made the struct 72 bytes larger; with `smallvec`'s union layout
-        // (a word less per vector) it and the `Arc`'s counts still take one 320-byte
-        // block of mimalloc's, as the struct without the heads did.
+        // (a word less per vector) and the bytes in a boxed slice (no capacity word)
+        // it, 8 bytes of the shared prefix and the `Arc`'s counts still take one
+        // 320-byte block of mimalloc's, as the struct without the heads did.
         assert!(std::mem::size_of::<Loaded>() + 2 * std::mem::size_of::<usize>() <= 320);
     }
 
