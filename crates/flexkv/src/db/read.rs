@@ -675,13 +675,22 @@ impl Iter {
         }
     }
 
+    /// Moves `cur` to the next pair in the direction, its value resolved: a clear
+    /// record with an inline value at once ([`Iter::step_clear_inline`]), anything
+    /// else by the general step ([`Iter::step_resolved`]).
+    #[inline]
+    fn advance(&mut self, forward: bool) -> Option<Result<()>> {
+        if self.step_clear_inline(forward) {
+            return Some(Ok(()));
+        }
+        self.step_resolved(forward)
+    }
+
     /// The next pair in the direction, copied out, with its value resolved.
     fn step(&mut self, forward: bool) -> Option<Item> {
         self.borrow = false;
-        if !self.step_clear_inline(forward) {
-            if let Err(e) = self.step_resolved(forward)? {
-                return Some(Err(e));
-            }
+        if let Err(e) = self.advance(forward)? {
+            return Some(Err(e));
         }
         self.settle();
         let cur = &mut self.cur;
@@ -701,10 +710,8 @@ impl Iter {
     /// The next pair in the direction, borrowed from the iterator.
     fn step_ref(&mut self, forward: bool) -> Option<Result<(&[u8], &[u8])>> {
         self.borrow = true;
-        if !self.step_clear_inline(forward) {
-            if let Err(e) = self.step_resolved(forward)? {
-                return Some(Err(e));
-            }
+        if let Err(e) = self.advance(forward)? {
+            return Some(Err(e));
         }
         Some(Ok((self.cur.key(), self.cur.value())))
     }
