@@ -63,6 +63,35 @@ fn an_idle_memtable_is_committed() {
     assert_eq!((s.commits, s.memtable_entries), (0, 1), "{s:?}");
 }
 
+/// The idle time counts from the last write, not from when the committer, which looks
+/// at the memtable once an idle time while it is empty, first saw it written: a write
+/// halfway between two looks is committed one idle time after it (plus the committer's
+/// wake-up), not one and a half.
+#[test]
+fn the_idle_time_counts_from_the_last_write() {
+    let vfs = FaultVfs::new(11);
+    let idle = Duration::from_secs(2);
+    let db = open_committing_when_idle(&vfs, idle);
+    // The committer looked at the empty memtable as the database opened, and looks
+    // again an idle time later.
+    std::thread::sleep(idle / 2);
+    db.put(b"k", b"v").unwrap();
+    let written = std::time::Instant::now();
+    while db.stats().commits == 0 {
+        assert!(
+            written.elapsed() < Duration::from_secs(20),
+            "never committed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = written.elapsed();
+    assert!(took >= idle, "committed before the idle time: {took:?}");
+    assert!(
+        took < idle + idle / 4,
+        "committed {took:?} after the write: the idle time counted from a later look"
+    );
+}
+
 /// The idle rule waits for the writes to stop: a memtable written every few
 /// milliseconds for several idle times is not committed by it.
 #[test]

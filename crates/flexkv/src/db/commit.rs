@@ -46,7 +46,6 @@ pub(crate) struct Frozen {
 #[derive(Debug)]
 pub(crate) struct Tables {
     pub(crate) active: Arc<Memtable>,
-    pub(crate) born: Instant,
     pub(crate) frozen: VecDeque<Frozen>,
     /// Bumped whenever the list changes (a freeze, a commit), so an iterator knows
     /// when the memtables it holds are still the ones to read.
@@ -63,7 +62,6 @@ impl Tables {
     ) -> Tables {
         Tables {
             active: Arc::new(Memtable::with_pool(memtable_size, &pool)),
-            born: Instant::now(),
             frozen: frozen.into_iter().collect(),
             generation: 0,
             pool,
@@ -240,7 +238,6 @@ impl Inner {
         let mut t = self.tables.write();
         let fresh = Arc::new(Memtable::with_pool(self.opts.memtable_size, &t.pool));
         let table = std::mem::replace(&mut t.active, fresh);
-        t.born = Instant::now();
         t.generation += 1;
         self.tables_generation
             .store(t.generation, Ordering::Release);
@@ -311,7 +308,7 @@ impl Inner {
             // it ends.
             {
                 let t = self.tables.read();
-                quiet.quiet_for((t.born, t.active.approximate_bytes()));
+                quiet.quiet_for((t.active.made(), t.active.approximate_bytes()));
             }
             if let Err(e) = self.commit_oldest() {
                 self.fail_commit(e);
@@ -374,10 +371,14 @@ impl Inner {
                 every.min(idle)
             });
         }
-        let age = t.born.elapsed();
+        let age = t.active.made().elapsed();
         let mut due = every.saturating_sub(age);
         if !idle.is_zero() {
-            let quiet_for = quiet.quiet_for((t.born, t.active.approximate_bytes()));
+            // The sampled quiet time starts when the committer first saw the memtable
+            // stop growing, which after a commit is the commit's end however long ago
+            // the writes stopped; the time since the last write says when they did.
+            let quiet_for = (quiet.quiet_for((t.active.made(), t.active.approximate_bytes())))
+                .max(t.active.unwritten_for());
             due = due.min(idle.saturating_sub(quiet_for));
             if searched_out(&t.active) {
                 due = due.min(idle.saturating_sub(age));

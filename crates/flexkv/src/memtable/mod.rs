@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
@@ -125,6 +126,10 @@ pub(crate) struct Memtable {
     /// ([`Memtable::next_run_at`], [`Memtable::prev_at`]): what the memtable has cost
     /// scans, which the committer weighs against what committing it would cost.
     searches: AtomicU64,
+    /// When the memtable was made, and how long after that the last batch went in, in
+    /// nanoseconds (0: none has).
+    made: Instant,
+    last_write: AtomicU64,
 }
 
 impl Default for Memtable {
@@ -152,6 +157,8 @@ impl Memtable {
             bytes: AtomicUsize::new(0),
             separated: Default::default(),
             searches: AtomicU64::new(0),
+            made: Instant::now(),
+            last_write: AtomicU64::new(0),
         }
     }
 
@@ -211,7 +218,22 @@ impl Memtable {
         let bytes = self.list.insert_sorted(&entries);
         drop(entries);
         self.bytes.fetch_add(bytes, AtomicOrdering::Relaxed);
+        let now = u64::try_from(self.made.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_write.fetch_max(now, AtomicOrdering::Relaxed);
         ops.clear();
+    }
+
+    /// When the memtable was made.
+    pub(crate) fn made(&self) -> Instant {
+        self.made
+    }
+
+    /// How long ago the last batch went in (since the memtable was made, if none has).
+    /// The committer, busy with a commit while the writes stopped, knows from this
+    /// that they stopped, and when.
+    pub(crate) fn unwritten_for(&self) -> Duration {
+        let last = Duration::from_nanos(self.last_write.load(AtomicOrdering::Relaxed));
+        self.made.elapsed().saturating_sub(last)
     }
 
     /// Whether any entry's value is in the value log.
@@ -445,6 +467,20 @@ mod tests {
 
     fn inline(v: &[u8]) -> Value {
         Value::Inline(v.into())
+    }
+
+    /// The time since the last write counts from the memtable's making until a batch
+    /// goes in, and from that batch on.
+    #[test]
+    fn the_time_since_the_last_write_restarts_with_each_batch() {
+        let m = Memtable::default();
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(m.unwritten_for() >= Duration::from_millis(30));
+        m.insert(0, b"k", 1, inline(b"v"));
+        let after = m.unwritten_for();
+        assert!(after < Duration::from_millis(30), "{after:?}");
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(m.unwritten_for() >= after + Duration::from_millis(30));
     }
 
     #[test]
