@@ -937,8 +937,11 @@ impl Iter {
     /// How many of the records left in `buf`'s first run come, in the direction,
     /// before every memtable's next entry and before the bound ahead, given that the
     /// step just taken stands in that run (none otherwise, or if a memtable has yet to
-    /// be searched for its next entry). One comparison when the whole run does (a
-    /// scan through a keyspace whose memtables are sparse), else a binary search.
+    /// be searched for its next entry). Against the memtables' nearest entry, a seek
+    /// in the interval ([`Loaded::seek`]: by the heads where the interval has them,
+    /// reading a record's bytes only on a tie), so that the records past where the
+    /// scan will stop are not touched for it; against the bound ahead, if there is
+    /// one, one comparison when the whole run comes before it, else a binary search.
     fn count_clear(&self, forward: bool) -> usize {
         let Some(run) = self.buf.runs.front() else {
             return 0;
@@ -953,24 +956,35 @@ impl Iter {
             .iter()
             .filter_map(MemHead::front_key)
             .reduce(|a, b| if (b < a) == forward { b } else { a });
-        let before = |k: &[u8]| {
-            mem.is_none_or(|m| if forward { k < m } else { k > m }) && self.before_end(k, forward)
-        };
         let l = &run.interval;
-        let n = run.range.len();
-        // The `j`th record from the run's near end.
-        let key = |j: usize| {
-            l.key(if forward {
-                run.range.start + j
-            } else {
-                run.range.end - 1 - j
-            })
+        let (start, end) = (run.range.start, run.range.end);
+        let n = match mem {
+            None => run.range.len(),
+            // The run's records below `m`.
+            Some(m) if forward => l.seek(m).clamp(start, end) - start,
+            // The run's records above `m`: past it, and past a record equal to it.
+            Some(m) => {
+                let at = l.seek(m);
+                let past = at + usize::from(at < l.len() && l.key(at) == m);
+                end - past.clamp(start, end)
+            }
         };
+        let bounded = if forward {
+            !matches!(self.hi, Bound::Unbounded)
+        } else {
+            !matches!(self.lo, Bound::Unbounded)
+        };
+        if n == 0 || !bounded {
+            return n;
+        }
+        // The `j`th record from the run's near end.
+        let key = |j: usize| l.key(if forward { start + j } else { end - 1 - j });
+        let before = |k: &[u8]| self.before_end(k, forward);
         if before(key(n - 1)) {
             return n;
         }
-        // The records that qualify are a prefix (both tests are monotone in the
-        // direction); record `n - 1` does not.
+        // The records before the bound are a prefix (the test is monotone in the
+        // direction); record `n - 1` is not one of them.
         let (mut lo, mut hi) = (0, n - 1);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
