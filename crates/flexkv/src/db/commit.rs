@@ -107,10 +107,14 @@ const SEARCHES_PER_VERSION: u64 = 4;
 struct Quiet(Option<((Instant, usize), Instant)>);
 
 impl Quiet {
-    /// How long the memtable born at `born` and now holding `bytes` has taken at most
-    /// a trickle of writes (zero if it has just taken more, or is a new one).
-    fn quiet_for(&mut self, (born, bytes): (Instant, usize)) -> Duration {
-        match self.0 {
+    /// How long `table` has taken at most a trickle of writes: at least the time since
+    /// its last batch, and otherwise since the committer first saw it stop growing
+    /// faster than a trickle (zero if it has just taken more, or is a new one). The
+    /// sampled time alone would start, after a commit, at the commit's end however
+    /// long ago the writes stopped.
+    fn quiet_for(&mut self, table: &Memtable) -> Duration {
+        let (born, bytes) = (table.made(), table.approximate_bytes());
+        let sampled = match self.0 {
             Some(((b, from), since))
                 if b == born && bytes.saturating_sub(from) <= bytes / TRICKLE =>
             {
@@ -120,7 +124,8 @@ impl Quiet {
                 self.0 = Some(((born, bytes), Instant::now()));
                 Duration::ZERO
             }
-        }
+        };
+        sampled.max(table.unwritten_for())
     }
 }
 
@@ -308,7 +313,7 @@ impl Inner {
             // it ends.
             {
                 let t = self.tables.read();
-                quiet.quiet_for((t.active.made(), t.active.approximate_bytes()));
+                quiet.quiet_for(&t.active);
             }
             if let Err(e) = self.commit_oldest() {
                 self.fail_commit(e);
@@ -374,11 +379,7 @@ impl Inner {
         let age = t.active.made().elapsed();
         let mut due = every.saturating_sub(age);
         if !idle.is_zero() {
-            // The sampled quiet time starts when the committer first saw the memtable
-            // stop growing, which after a commit is the commit's end however long ago
-            // the writes stopped; the time since the last write says when they did.
-            let quiet_for = (quiet.quiet_for((t.active.made(), t.active.approximate_bytes())))
-                .max(t.active.unwritten_for());
+            let quiet_for = quiet.quiet_for(&t.active);
             due = due.min(idle.saturating_sub(quiet_for));
             if searched_out(&t.active) {
                 due = due.min(idle.saturating_sub(age));
