@@ -505,6 +505,94 @@ fn scans_through_runs_of_stored_records_stop_at_every_memtable_entry_and_bound()
     assert_eq!(got, want, "a scan across a commit");
 }
 
+/// A scan at a snapshot takes a record newer than the snapshot from the history chain;
+/// a damaged history record is an error for its own item, once, and the scan goes on
+/// past it, both ways. (A step that failed so left the bound behind short of the
+/// record: where it then read the store again it found the record again, twice in the
+/// middle of a backward scan and forever at its end.) Some damaged records begin an
+/// interval, so a step may reach one from the interval before it; after the error,
+/// turning round reads back to just past it, wherever it lies.
+#[test]
+fn a_damaged_history_record_is_one_error_and_the_scan_goes_on_past_it_both_ways() {
+    let vfs = FaultVfs::new(12);
+    let db = open(&vfs);
+    let key = |i: usize| format!("k{i:04}").into_bytes();
+    let n = 120;
+    for i in 0..n {
+        db.put(&key(i), b"old").unwrap();
+    }
+    db.flush().unwrap();
+    let snap = db.snapshot();
+    // Every fifth key overwritten, its history record then damaged (found by its
+    // key's text); the keys between keep the records the snapshot sees, whose keys
+    // a borrowing step leaves where they lie in their interval. Intervals of 15 or 16
+    // records begin at multiples of 5 here, so some damaged records begin one.
+    let damaged = |i: usize| i.is_multiple_of(5);
+    for i in (0..n).filter(|&i| damaged(i)) {
+        db.put(&key(i), b"new").unwrap();
+    }
+    db.flush().unwrap();
+    let mut hit = 0;
+    for seg in 1..=4 {
+        let path = Path::new(DIR).join(format!("vlog-{seg:08}.seg"));
+        let Some(mut bytes) = vfs.contents(&path) else {
+            continue;
+        };
+        for i in (0..n).filter(|&i| damaged(i)) {
+            let k = key(i);
+            if let Some(at) = bytes.windows(k.len()).position(|w| w == k.as_slice()) {
+                bytes[at + k.len() - 1] ^= 0x55;
+                hit += 1;
+            }
+        }
+        vfs.set_contents(&path, bytes).unwrap();
+    }
+    assert_eq!(hit, (0..n).filter(|&i| damaged(i)).count());
+    let check = |i: usize, item: &flexkv::Result<(Vec<u8>, Vec<u8>)>| match item {
+        Ok((k, v)) => {
+            assert!(!damaged(i), "item {i}: the damaged version was returned");
+            assert_eq!((k, v.as_slice()), (&key(i), &b"old"[..]), "item {i}");
+        }
+        Err(e) => {
+            assert!(damaged(i), "item {i}: {e}");
+            assert!(matches!(e, Error::Corruption { .. }), "item {i}: {e}");
+        }
+    };
+    // At most one item more than there are keys: a scan that repeats an error stops
+    // the test, not the test run.
+    let forward: Vec<_> = snap.iter().take(n + 1).collect();
+    assert_eq!(forward.len(), n, "forward: every key once");
+    forward
+        .iter()
+        .enumerate()
+        .for_each(|(i, item)| check(i, item));
+    let backward: Vec<_> = snap.iter().rev().take(n + 1).collect();
+    assert_eq!(backward.len(), n, "backward: every key once");
+    backward
+        .iter()
+        .enumerate()
+        .for_each(|(b, item)| check(n - 1 - b, item));
+    // Forward to each damaged record (borrowing, so the bound behind is left to be
+    // set), then back from the far end: every item from the last to the one after
+    // the damaged one, and nothing before it.
+    for j in (0..n).filter(|&j| damaged(j)) {
+        let mut it = snap.iter();
+        for i in 0..=j {
+            let item = it.next_ref().unwrap();
+            check(i, &item.map(|(k, v)| (k.to_vec(), v.to_vec())));
+        }
+        let back: Vec<_> = std::iter::from_fn(|| it.next_back()).take(n).collect();
+        assert_eq!(
+            back.len(),
+            n - 1 - j,
+            "back from the end after the error at {j}"
+        );
+        for (b, item) in back.iter().enumerate() {
+            check(n - 1 - b, item);
+        }
+    }
+}
+
 #[test]
 fn iterators_go_both_ways_within_bounds() {
     let vfs = FaultVfs::new(7);

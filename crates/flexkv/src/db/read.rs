@@ -904,7 +904,9 @@ impl Iter {
 
     /// Moves `cur` to the store's nearest record in the direction, which the caller
     /// chose: its key and value where they lie in the cached interval, or, for a
-    /// snapshot older than the record, the version the history chain holds.
+    /// snapshot older than the record, the version the history chain holds. Where that
+    /// chain cannot be read, the error is for this record alone: `cur` stands on its
+    /// key all the same, so the scan goes on past it.
     fn take_stored(&mut self, forward: bool) -> std::result::Result<(), (crate::Error, bool)> {
         let cur = &mut self.cur;
         let i = self
@@ -927,9 +929,20 @@ impl Iter {
             // A snapshot older than the record: its version is in the history chain.
             let db = &self.guard.db;
             let found = Version::from_record(&r);
-            let v = history::at(&db.vlog, self.ks, r.key, found, seq).map_err(|e| (e, false))?;
+            let got = history::at(&db.vlog, self.ks, r.key, found, seq);
             let key = Box::from(r.key);
-            cur.set_owned(key, v.map_or(Value::Tombstone, |v| v.value));
+            match got {
+                Ok(v) => cur.set_owned(key, v.map_or(Value::Tombstone, |v| v.value)),
+                Err(e) => {
+                    // The step passes the record all the same, so that the next one
+                    // goes on after it: with the bound behind left short of it, a
+                    // step that had to read the store again found it again, and at
+                    // the end of the keys a scan returned the same error forever.
+                    cur.set_owned(key, Value::Tombstone);
+                    self.unsettled = Some(forward);
+                    return Err((e, false));
+                }
+            }
         }
         Ok(())
     }
