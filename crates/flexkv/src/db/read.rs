@@ -320,9 +320,9 @@ pub struct Iter {
     mems: Vec<MemHead>,
     mems_generation: Option<u64>,
     mems_forward: bool,
-    /// Records of `buf`'s first run, the run `cur` stands in, that the last full step
-    /// in direction `clear_forward` found to come before every memtable's next entry
-    /// and before the bound ahead: the steps take them with no comparison of keys
+    /// Records of `buf`, nearest first, that the last full step in direction
+    /// `clear_forward` found to come before every memtable's next entry and before
+    /// the bound ahead: the steps take them with no comparison of keys
     /// ([`Iter::step_clear`]) while the memtable list and the store's epoch stay as
     /// they were.
     clear: usize,
@@ -947,21 +947,18 @@ impl Iter {
         Ok(())
     }
 
-    /// How many of the records left in `buf`'s first run come, in the direction,
-    /// before every memtable's next entry and before the bound ahead, given that the
-    /// step just taken stands in that run (none otherwise, or if a memtable has yet to
-    /// be searched for its next entry). Against the memtables' nearest entry, a seek
-    /// in the interval ([`Loaded::seek`]: by the heads where the interval has them,
-    /// reading a record's bytes only on a tie), so that the records past where the
-    /// scan will stop are not touched for it; against the bound ahead, if there is
-    /// one, one comparison when the whole run comes before it, else a binary search.
+    /// How many of the records left in `buf` come, in the direction, before every
+    /// memtable's next entry and before the bound ahead (none if a memtable has yet to
+    /// be searched for its next entry). The count goes on from one run to the next
+    /// while a whole run is clear, so that a scan crosses from interval to interval
+    /// without a full step at each (a 50-pair scan meets about five). Against the
+    /// memtables' nearest entry, a seek in each run's interval ([`Loaded::seek`]: by
+    /// the heads where the interval has them, reading a record's bytes only on a
+    /// tie), so that the records past where the scan will stop are not touched for it;
+    /// against the bound ahead, if there is one, one comparison when the whole run
+    /// comes before it, else a binary search.
     fn count_clear(&self, forward: bool) -> usize {
-        let Some(run) = self.buf.runs.front() else {
-            return 0;
-        };
-        if !self.buf.front_in(self.cur.interval.as_ref())
-            || self.mems.iter().any(|m| m.ahead.is_empty() && m.more)
-        {
+        if self.mems.iter().any(|m| m.ahead.is_empty() && m.more) {
             return 0;
         }
         let mem = self
@@ -969,6 +966,20 @@ impl Iter {
             .iter()
             .filter_map(MemHead::front_key)
             .reduce(|a, b| if (b < a) == forward { b } else { a });
+        let mut total = 0;
+        for run in &self.buf.runs {
+            let n = self.clear_in(run, mem, forward);
+            total += n;
+            if n < run.range.len() {
+                break;
+            }
+        }
+        total
+    }
+
+    /// [`Iter::count_clear`] for one run: how many of its records, nearest first,
+    /// come before `mem` (the memtables' nearest entry) and the bound ahead.
+    fn clear_in(&self, run: &Run, mem: Option<&[u8]>, forward: bool) -> usize {
         let l = &run.interval;
         let (start, end) = (run.range.start, run.range.end);
         let n = match mem {
