@@ -278,7 +278,8 @@ pub struct Iter {
     ///
     /// [`SortedStore::scan`]: crate::sorted::store::SortedStore::scan
     last_read: Option<(u64, Arc<Loaded>)>,
-    /// Records to take from the cache per read of the store: it doubles from
+    /// Records to take from the cache per read of the store where the caller has not
+    /// said how many pairs it wants ([`Iter::expecting`]): it doubles from
     /// [`STORE_AHEAD_FIRST`] to [`STORE_AHEAD`], so a long scan searches the cache
     /// seldom and a short one does not walk far past where it stops.
     store_batch: usize,
@@ -613,7 +614,12 @@ impl Iter {
                 1
             };
             let hint = self.last_read.as_ref().map(|(e, l)| (*e, l));
-            let ahead = self.store_batch.min(self.expected.max(1));
+            // Told how many pairs are wanted, one read takes them all (up to the
+            // most per read); not told, reads grow from a few records.
+            let ahead = match self.expected {
+                usize::MAX => self.store_batch,
+                left => left.clamp(1, STORE_AHEAD),
+            };
             let (e, recs) = store.scan(from, forward, min, ahead, hint)?;
             self.last_read = recs.last().map(|r| (e, Arc::clone(&r.interval)));
             self.store_batch = (self.store_batch * 2).min(STORE_AHEAD);
@@ -1221,9 +1227,10 @@ impl Iter {
     }
 
     /// Tells the iterator that the caller means to take about `n` more pairs, so that
-    /// it reads no further ahead than that: its reads of the store take no more records
-    /// than are left to take (they otherwise take 16, then twice as many each time up
-    /// to 256, so a scan of 20 pairs decoded and fetched 48). A hint only: the iterator
+    /// it reads as far ahead as that and no further: each read of the store takes the
+    /// records left to take, up to 256 (they otherwise take 16, then twice as many
+    /// each time up to 256, so a scan of 20 pairs decoded and fetched 48, and a scan of
+    /// 50 read the store three times). A hint only: the iterator
     /// goes on past `n` pairs, reading the store an interval at a time.
     ///
     /// ```
