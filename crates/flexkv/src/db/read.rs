@@ -1228,10 +1228,10 @@ impl Iter {
 
     /// Tells the iterator that the caller means to take about `n` more pairs, so that
     /// it reads as far ahead as that and no further: each read of the store takes the
-    /// records left to take, up to 256 (they otherwise take 16, then twice as many
-    /// each time up to 256, so a scan of 20 pairs decoded and fetched 48, and a scan of
-    /// 50 read the store three times). A hint only: the iterator
-    /// goes on past `n` pairs, reading the store an interval at a time.
+    /// records left to take, up to 256. (Untold, reads take 16, then twice as many each
+    /// time up to 256: a scan of 20 pairs decoded and fetched 48, and one of 50 read
+    /// the store three times.) A hint only: the iterator goes on past `n` pairs,
+    /// reading the store an interval at a time.
     ///
     /// ```
     /// # fn main() -> flexkv::Result<()> {
