@@ -525,8 +525,8 @@ fn a_damaged_history_record_is_one_error_and_the_scan_goes_on_past_it_both_ways(
     let snap = db.snapshot();
     // Every fifth key overwritten, its history record then damaged (found by its
     // key's text); the keys between keep the records the snapshot sees, whose keys
-    // a borrowing step leaves where they lie in their interval. Intervals of 15 or 16
-    // records begin at multiples of 5 here, so some damaged records begin one.
+    // a borrowing step leaves where they lie in their interval. The intervals here
+    // hold 15 records each, so every third damaged record begins one.
     let damaged = |i: usize| i.is_multiple_of(5);
     for i in (0..n).filter(|&i| damaged(i)) {
         db.put(&key(i), b"new").unwrap();
