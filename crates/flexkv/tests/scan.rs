@@ -405,6 +405,12 @@ fn an_iterator_expecting_n_pairs_reads_no_further_and_still_returns_everything()
         hits
     };
     let (plain, hinted) = (intervals_read(None), intervals_read(Some(17)));
+    // Untold, the reads take 16 records and then 32: the intervals holding 48
+    // records and the part-intervals at each read's two ends (16-pair intervals).
+    assert!(
+        plain <= 48 / 16 + 2,
+        "17 pairs without expecting read {plain} intervals"
+    );
     assert!(
         hinted < plain,
         "expecting 17 pairs read {hinted} intervals, without it {plain}"

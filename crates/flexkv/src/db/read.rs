@@ -207,7 +207,7 @@ impl Snapshot {
             mems_forward: true,
             clear: 0,
             clear_forward: true,
-            expected: usize::MAX,
+            expected: None,
         }
     }
 
@@ -328,9 +328,9 @@ pub struct Iter {
     /// they were.
     clear: usize,
     clear_forward: bool,
-    /// Pairs the caller still means to take ([`Iter::expecting`]; `usize::MAX`:
-    /// unknown): no read of the store takes more records than this.
-    expected: usize,
+    /// Pairs the caller still means to take, if it said ([`Iter::expecting`]): a read
+    /// of the store takes that many records (up to [`STORE_AHEAD`]), no more.
+    expected: Option<usize>,
 }
 
 /// Store records an iterator has read ahead of its position, nearest first: runs of
@@ -617,8 +617,8 @@ impl Iter {
             // Told how many pairs are wanted, one read takes them all (up to the
             // most per read); not told, reads grow from a few records.
             let ahead = match self.expected {
-                usize::MAX => self.store_batch,
-                left => left.clamp(1, STORE_AHEAD),
+                None => self.store_batch,
+                Some(left) => left.clamp(1, STORE_AHEAD),
             };
             let (e, recs) = store.scan(from, forward, min, ahead, hint)?;
             self.last_read = recs.last().map(|r| (e, Arc::clone(&r.interval)));
@@ -1058,7 +1058,7 @@ impl Iter {
         self.cur.value = CurValue::Span(value);
         self.clear -= 1;
         self.unsettled = Some(forward);
-        self.expected = self.expected.saturating_sub(1);
+        self.took_one();
         self.streak = 0;
         true
     }
@@ -1093,13 +1093,20 @@ impl Iter {
         Some(Ok(!matches!(self.cur.value, CurValue::None)))
     }
 
+    /// Counts a pair taken against what the caller said it would take, if it did.
+    fn took_one(&mut self) {
+        if let Some(left) = &mut self.expected {
+            *left = left.saturating_sub(1);
+        }
+    }
+
     /// Moves `cur` to the next key with a value at this sequence, its version's value
     /// unresolved.
     fn step_raw(&mut self, forward: bool) -> Option<Result<()>> {
         while !self.done {
             match self.step_once(forward) {
                 Ok(Some(true)) => {
-                    self.expected = self.expected.saturating_sub(1);
+                    self.took_one();
                     return Some(Ok(()));
                 }
                 Ok(Some(false)) => continue,
@@ -1246,7 +1253,7 @@ impl Iter {
     /// # }
     /// ```
     pub fn expecting(mut self, n: usize) -> Iter {
-        self.expected = n;
+        self.expected = Some(n);
         self
     }
 
