@@ -728,8 +728,17 @@ impl SortedStore {
         cursor: &mut Option<Cursor<'a>>,
     ) -> Result<Arc<Loaded>> {
         self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+        let fits = self.fits(st);
+        if !fits {
+            // The doorkeeper's word and the interval's miss counts, which the admission
+            // and `want_rewrite` below look at, are rarely in the processor's caches on
+            // a keyspace larger than the cache: asked for now, their misses overlap the
+            // read's, as a point read's do.
+            self.cache.prefetch_admits(&iv.key);
+            self.misses.prefetch(&iv.key);
+        }
         let (l, extents) = self.read_interval_at(&st.space, iv, Some(slot), Some(cursor))?;
-        if self.cache.admits(&iv.key, l.footprint(), self.fits(st)) {
+        if self.cache.admits(&iv.key, l.footprint(), fits) {
             let l = Arc::new(l.with_heads());
             self.cache_put(st, &iv.key, Arc::clone(&l));
             Ok(l)
