@@ -7,7 +7,9 @@
 //! about four keys before, each on a line of its own: at 1M pairs, 1-pair scans ran
 //! 1.2× and seekrandom 1.02× as fast with the heads, YCSB E level (docs/benchmarks.md,
 //! sixtieth session). Where each key lies within its record is kept too, so a key is a
-//! slice, not a header to decode, however often a search or a scan asks.
+//! slice, not a header to decode, however often a search or a scan asks; with each
+//! record's flags and the highest sequence among the records, so is an inline value
+//! for a reader that sees them all.
 //!
 //! Invariants (checked by [`Loaded::parse`], which every interval read from the space
 //! goes through): the bytes are whole records back to back, each with a good checksum,
@@ -15,7 +17,7 @@
 
 use smallvec::SmallVec;
 
-use super::record::{peek_key, Record};
+use super::record::{inline_value, peek_seq_key, Record};
 use crate::prefetch::prefetch;
 
 /// Bytes of bookkeeping per record, for the cache's size accounting: its span, its
@@ -41,7 +43,13 @@ struct Span {
     key_len: u16,
     /// ...and where it begins within its record (after the header, at most 31 bytes).
     key_off: u8,
+    /// The record's flags (its first byte), in what was the struct's padding: with
+    /// them and the next record's start, a scan finds an inline value without reading
+    /// the record's header ([`Loaded::inline_at`]).
+    flags: u8,
 }
+
+const _: () = assert!(std::mem::size_of::<Span>() == 8);
 
 /// A decoded interval.
 ///
@@ -74,6 +82,9 @@ pub(crate) struct Loaded {
     prefix: u8,
     /// ...and the first of them, if they are at most [`LEAD`].
     lead: [u8; LEAD],
+    /// No record's sequence is above this: a reader at this sequence or later sees
+    /// every record's version, and need not read the sequences one by one.
+    max_seq: u64,
     /// Exactly the records' bytes (a boxed slice: no capacity word, and no room
     /// beyond them).
     bytes: Box<[u8]>,
@@ -347,12 +358,14 @@ impl Loaded {
         }
         let mut fps = SmallVec::with_capacity(starts.len());
         let mut spans = SmallVec::with_capacity(starts.len());
+        let mut max_seq = 0;
         for &start in &starts {
             let rec = &bytes[start as usize..];
-            let key = match peek_key(rec) {
-                Ok(k) => k,
+            let (seq, key) = match peek_seq_key(rec) {
+                Ok(found) => found,
                 Err(_) => unreachable!("records are verified before they become an interval"),
             };
+            max_seq = max_seq.max(seq);
             fps.push(fingerprint(key));
             let off = key.as_ptr() as usize - rec.as_ptr() as usize;
             spans.push(Span {
@@ -360,12 +373,13 @@ impl Loaded {
                 key_len: u16::try_from(key.len())
                     .unwrap_or_else(|_| unreachable!("keys are short")),
                 key_off: u8::try_from(off).unwrap_or_else(|_| unreachable!("headers are short")),
+                flags: rec[0],
             });
         }
         if heads {
-            Loaded::heads_afresh(bytes, fps, spans)
+            Loaded::heads_afresh(bytes, fps, spans, max_seq)
         } else {
-            Loaded::assemble(bytes, fps, spans, SmallVec::new(), 0)
+            Loaded::assemble(bytes, fps, spans, SmallVec::new(), 0, max_seq)
         }
     }
 
@@ -376,7 +390,7 @@ impl Loaded {
             return self;
         }
         let fragmented = self.fragmented;
-        let mut l = Loaded::heads_afresh(self.bytes.into_vec(), self.fps, self.spans);
+        let mut l = Loaded::heads_afresh(self.bytes.into_vec(), self.fps, self.spans, self.max_seq);
         l.fragmented = fragmented;
         l
     }
@@ -387,6 +401,7 @@ impl Loaded {
         bytes: Vec<u8>,
         fps: SmallVec<[u16; INLINE_RECORDS]>,
         spans: SmallVec<[Span; INLINE_RECORDS]>,
+        max_seq: u64,
     ) -> Loaded {
         let key = |s: &Span| span_key(&bytes, *s);
         // Sorted keys share exactly what the first and the last share; up to 255.
@@ -395,17 +410,18 @@ impl Loaded {
             _ => 0,
         };
         let heads = spans.iter().map(|s| head(key(s), p)).collect();
-        Loaded::assemble(bytes, fps, spans, heads, p)
+        Loaded::assemble(bytes, fps, spans, heads, p, max_seq)
     }
 
     /// The interval of these parts, whose keys all start with their first `prefix`
-    /// bytes (at most 255).
+    /// bytes (at most 255) and whose records' sequences are at most `max_seq`.
     fn assemble(
         bytes: Vec<u8>,
         fps: SmallVec<[u16; INLINE_RECORDS]>,
         spans: SmallVec<[Span; INLINE_RECORDS]>,
         heads: SmallVec<[u32; INLINE_RECORDS]>,
         prefix: usize,
+        max_seq: u64,
     ) -> Loaded {
         let mut lead = [0; LEAD];
         if let (Some(first), Some(to)) = (spans.first(), lead.get_mut(..prefix)) {
@@ -418,6 +434,7 @@ impl Loaded {
             heads,
             prefix: u8::try_from(prefix).unwrap_or_else(|_| unreachable!("capped at 255")),
             lead,
+            max_seq,
             fragmented: false,
             referenced: Referenced::default(),
             live: Live::default(),
@@ -442,6 +459,8 @@ impl Loaded {
                     ..*s
                 })
                 .collect(),
+            // The whole's bound holds for a part (a bound, not the part's own maximum).
+            self.max_seq,
         )
     }
 
@@ -458,7 +477,7 @@ impl Loaded {
             start: s.start + base,
             ..*s
         }));
-        Loaded::heads_afresh(bytes, fps, spans)
+        Loaded::heads_afresh(bytes, fps, spans, self.max_seq.max(next.max_seq))
     }
 
     /// The number of records.
@@ -519,6 +538,29 @@ impl Loaded {
         let s = self.spans[i];
         let rec = &self.bytes[start..end];
         Record::decode_laid_out(rec, usize::from(s.key_off), usize::from(s.key_len))
+    }
+
+    /// A sequence no record's is above: a reader at it or later sees every record.
+    pub(crate) fn max_seq(&self) -> u64 {
+        self.max_seq
+    }
+
+    /// Where record `i`'s key and value lie in [`Loaded::bytes`], if its value is
+    /// inline, found from its span and the next record's start alone: unlike
+    /// [`Loaded::record`], no read of the record's own bytes (a scan's first touch of
+    /// each record, a fifth of a 1M `seekrandom`'s reading thread), which a caller that
+    /// knows every record's version visible to it (at a sequence at or after
+    /// [`Loaded::max_seq`]) and wants only the pair does not need.
+    pub(crate) fn inline_at(
+        &self,
+        i: usize,
+    ) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+        let (start, end) = self.span(i);
+        let s = self.spans[i];
+        let key_start = start + usize::from(s.key_off);
+        let key_end = key_start + usize::from(s.key_len);
+        let value = inline_value(s.flags, key_end - start, end - start)?;
+        Some((key_start..key_end, start + value.start..start + value.end))
     }
 
     /// The record with key `key`, found by fingerprint.
@@ -605,6 +647,88 @@ mod tests {
             .encode(&mut buf);
         }
         buf
+    }
+
+    #[test]
+    fn an_inline_pair_is_found_from_the_spans_where_the_record_says_and_sequences_are_bounded() {
+        let ptr = |n: u32| crate::vlog::Pointer {
+            segment: n,
+            offset: u64::from(n) << 20,
+            len: 100 + n,
+            check: n,
+        };
+        let keys: [&[u8]; 6] = [b"a", b"bb", b"ccc", b"dddd", b"e", b"ffffff"];
+        let values = [
+            RecordValue::Inline(b"one"),
+            RecordValue::Inline(b""),
+            RecordValue::Tombstone,
+            RecordValue::Separated(ptr(3)),
+            RecordValue::Inline(b"five, with a prior version"),
+            RecordValue::Inline(&[7; 300]),
+        ];
+        let seqs = [5, 900, 17, 1 << 40, 3, 250];
+        let (mut buf, mut starts) = (Vec::new(), Vec::new());
+        for i in 0..keys.len() {
+            starts.push(buf.len() as u32);
+            Record {
+                seq: seqs[i],
+                key: keys[i],
+                value: values[i],
+                prior: (i % 2 == 0).then(|| ptr(i as u32)),
+            }
+            .encode(&mut buf);
+        }
+        for l in [
+            Loaded::parse(buf.clone()).unwrap(),
+            Loaded::from_parts(buf, starts),
+        ] {
+            assert_eq!(l.max_seq(), 1 << 40);
+            for i in 0..l.len() {
+                let r = l.record(i);
+                match (l.inline_at(i), r.value) {
+                    (Some((k, v)), RecordValue::Inline(want)) => {
+                        assert_eq!(&l.bytes()[k], r.key, "record {i}");
+                        assert_eq!(&l.bytes()[v], want, "record {i}");
+                    }
+                    (None, RecordValue::Tombstone | RecordValue::Separated(_)) => {}
+                    (got, want) => panic!("record {i}: {got:?} for {want:?}"),
+                }
+            }
+            // Parts and joins keep each record's flags with its span; a part keeps the
+            // whole's bound (a bound: never below a record's sequence), a join the larger.
+            let (front, back) = (l.slice(0..3), l.slice(4..6));
+            assert_eq!(front.max_seq(), 1 << 40);
+            assert!((0..front.len()).all(|i| front.record(i).seq <= front.max_seq()));
+            let (k, v) = front.inline_at(1).unwrap();
+            assert_eq!(
+                (&front.bytes()[k], &front.bytes()[v]),
+                (&b"bb"[..], &b""[..])
+            );
+            let (k, v) = back.inline_at(0).unwrap();
+            assert_eq!(
+                (&back.bytes()[k], &back.bytes()[v]),
+                (&b"e"[..], &b"five, with a prior version"[..])
+            );
+            let joined = front.concat(&back);
+            assert_eq!(joined.max_seq(), 1 << 40);
+            let before = Loaded::parse(interval(&[b"0"])).unwrap();
+            assert_eq!(
+                before.concat(&l).max_seq(),
+                1 << 40,
+                "the larger of the two"
+            );
+            assert_eq!(joined.len(), 5);
+            assert_eq!(joined.inline_at(2), None, "a tombstone");
+            let (k, v) = joined.inline_at(4).unwrap();
+            assert_eq!(
+                (&joined.bytes()[k], &joined.bytes()[v]),
+                (&b"ffffff"[..], &[7; 300][..])
+            );
+        }
+        let lone = Loaded::parse(interval(&[b"x", b"y", b"z"])).unwrap();
+        assert_eq!(lone.max_seq(), 3);
+        assert_eq!(lone.with_heads().max_seq(), 3);
+        assert_eq!(Loaded::parse(Vec::new()).unwrap().max_seq(), 0);
     }
 
     #[test]
@@ -732,12 +856,15 @@ mod tests {
     }
 
     #[test]
-    fn the_struct_and_its_arc_counts_fit_a_320_byte_block() {
+    fn the_struct_and_its_arc_counts_fit_a_384_byte_block() {
         // The heads made the struct 72 bytes larger; with `smallvec`'s union layout
         // (a word less per vector) and the bytes in a boxed slice (no capacity word)
-        // it, 8 bytes of the shared prefix and the `Arc`'s counts still take one
-        // 320-byte block of mimalloc's, as the struct without the heads did.
-        assert!(std::mem::size_of::<Loaded>() + 2 * std::mem::size_of::<usize>() <= 320);
+        // it, 8 bytes of the shared prefix and the `Arc`'s counts still took one
+        // 320-byte block of mimalloc's, as the struct without the heads did. The
+        // records' sequence bound (`max_seq`) took it 8 bytes past that, into the next
+        // size, 384 (docs/benchmarks.md, sixty-fifth session, says what that costs).
+        let block = std::mem::size_of::<Loaded>() + 2 * std::mem::size_of::<usize>();
+        assert!(block <= 384, "{block}");
     }
 
     #[test]

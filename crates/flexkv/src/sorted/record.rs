@@ -144,12 +144,7 @@ impl<'a> Record<'a> {
         let mut at = 1;
         let seq = varint(rec, &mut at).unwrap_or_else(|_| broken("sequence"));
         let key_end = key_off + key_len;
-        let prior_len = if flags & PRIOR != 0 {
-            Pointer::ENCODED_LEN
-        } else {
-            0
-        };
-        let body_end = rec.len() - 4 - prior_len;
+        let body_end = body_end(flags, rec.len());
         let body = &rec[key_end..body_end];
         let value = if flags & TOMBSTONE != 0 {
             RecordValue::Tombstone
@@ -158,8 +153,8 @@ impl<'a> Record<'a> {
         } else {
             RecordValue::Inline(body)
         };
-        let prior = (prior_len > 0).then(|| {
-            Pointer::decode(&rec[body_end..body_end + prior_len])
+        let prior = (flags & PRIOR != 0).then(|| {
+            Pointer::decode(&rec[body_end..rec.len() - 4])
                 .unwrap_or_else(|| broken("prior pointer"))
         });
         Record {
@@ -176,17 +171,47 @@ impl<'a> Record<'a> {
 /// learning how many bytes a record's key needs during recovery (`Err` if `buf` is too
 /// short to tell: `Err(n)` asks for at least `n` bytes).
 pub(crate) fn peek_key(buf: &[u8]) -> Result<&[u8], usize> {
+    peek_seq_key(buf).map(|(_, key)| key)
+}
+
+/// [`peek_key`], with the record's sequence, which the header gives on the way.
+pub(crate) fn peek_seq_key(buf: &[u8]) -> Result<(u64, &[u8]), usize> {
     let mut at = 1;
-    let mut header = || -> Result<usize, &'static str> {
-        varint(buf, &mut at)?;
+    let mut header = || -> Result<(u64, usize), &'static str> {
+        let seq = varint(buf, &mut at)?;
         let key_len = len(varint(buf, &mut at)?)?;
         varint(buf, &mut at)?;
-        Ok(key_len)
+        Ok((seq, key_len))
     };
     match header() {
-        Ok(key_len) => buf.get(at..at + key_len).ok_or(at + key_len),
+        Ok((seq, key_len)) => buf
+            .get(at..at + key_len)
+            .map(|key| (seq, key))
+            .ok_or(at + key_len),
         Err(_) => Err(buf.len() + 32),
     }
+}
+
+/// Where the value of a verified record of `rec_len` bytes with `flags` (its first
+/// byte) ends: before the prior pointer, if it has one, and the checksum.
+fn body_end(flags: u8, rec_len: usize) -> usize {
+    let prior_len = if flags & PRIOR != 0 {
+        Pointer::ENCODED_LEN
+    } else {
+        0
+    };
+    rec_len - 4 - prior_len
+}
+
+/// Where the value of a verified record lies within it, if the value is inline (not a
+/// tombstone, not in the value log), from what an interval keeps of the record
+/// without reading it: its `flags` (first byte), where its key ends and its length.
+pub(crate) fn inline_value(
+    flags: u8,
+    key_end: usize,
+    rec_len: usize,
+) -> Option<std::ops::Range<usize>> {
+    (flags & (TOMBSTONE | SEPARATED) == 0).then(|| key_end..body_end(flags, rec_len))
 }
 
 fn len(v: u64) -> Result<usize, &'static str> {
