@@ -23,8 +23,10 @@ use crate::prefetch::prefetch;
 /// Bytes of bookkeeping per record, for the cache's size accounting: its span, its
 /// fingerprint and its head.
 const PER_RECORD: usize = std::mem::size_of::<Span>() + 2 + 4;
-/// Bytes of bookkeeping per interval: the struct and its reference counts.
-const PER_INTERVAL: usize = std::mem::size_of::<Loaded>() + 16;
+/// Bytes of bookkeeping per interval: the struct and its reference counts, rounded up
+/// to the allocator's block (mimalloc's blocks of this size come in 64-byte steps: 328
+/// bytes take a 384-byte block).
+const PER_INTERVAL: usize = (std::mem::size_of::<Loaded>() + 16).next_multiple_of(64);
 
 /// The bytes an interval of `records` records costs the cache beyond its records.
 pub(crate) fn overhead(records: usize) -> usize {
