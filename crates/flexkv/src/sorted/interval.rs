@@ -867,6 +867,12 @@ mod tests {
         // size, 384 (docs/benchmarks.md, sixty-fifth session, says what that costs).
         let block = std::mem::size_of::<Loaded>() + 2 * std::mem::size_of::<usize>();
         assert!(block <= 384, "{block}");
+        // The cache counts the whole block: the struct and counts rounded up to the
+        // allocator's 64-byte step at this size.
+        assert!(
+            PER_INTERVAL.is_multiple_of(64) && PER_INTERVAL >= block && PER_INTERVAL - block < 64,
+            "{PER_INTERVAL}"
+        );
     }
 
     #[test]
