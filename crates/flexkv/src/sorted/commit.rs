@@ -18,7 +18,7 @@ use parking_lot::{Mutex, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use super::cache::Slot;
 use super::history::{self, record_value};
 use super::index::{separator, Interval};
-use super::interval::Loaded;
+use super::interval::{Laid, Loaded};
 use super::record::{Record, RecordValue};
 use super::store::{scattered, sync_space, SortedStore, State, HEAD};
 use crate::db::pace::CommitPace;
@@ -614,8 +614,7 @@ impl SortedStore {
         if delta != 0 {
             st.index.resize(&iv.key, delta)?;
         }
-        let new = Loaded::from_parts(bytes.as_slice().to_vec(), starts);
-        st.rebuild = bytes;
+        let new = Laid::new(&bytes, starts);
         if !rewrite && !old.is_empty() {
             // The old first record, if it is still here but no longer first, still
             // carries the head tag.
@@ -626,7 +625,9 @@ impl SortedStore {
                 }
             }
         }
-        self.settle(st, iv, new, shrank, appended)
+        let settled = self.settle(st, iv, new, shrank, appended);
+        st.rebuild = bytes;
+        settled
     }
 
     /// Works out the record for `key` given its committed version and the new versions
@@ -739,7 +740,7 @@ impl SortedStore {
         &self,
         st: &mut State,
         iv: &Interval,
-        new: Loaded,
+        new: Laid<'_>,
         shrank: bool,
         appended: bool,
     ) -> Result<()> {
@@ -749,7 +750,7 @@ impl SortedStore {
         if new.is_empty() {
             self.keep_view(st, &iv.key, None);
             if iv.key.is_empty() {
-                self.cache_put(st, &iv.key, Arc::new(new));
+                self.cache_put(st, &iv.key, Arc::new(new.into_loaded()));
             } else if let Some(next) = st.index.next(&iv.key) {
                 // The empty interval takes over its neighbour (its key is below all of
                 // the neighbour's), whose head tag stays where it is. The neighbour's
@@ -792,7 +793,8 @@ impl SortedStore {
                         st.index.merge_next(&iv.key)?;
                         self.counters.merges.fetch_add(1, Ordering::Relaxed);
                         st.space.set_tag(next.offset, 0)?;
-                        self.recache(st, &iv.key, new.concat(&other), cached);
+                        let merged = || new.into_loaded().concat(&other);
+                        self.recache(st, &iv.key, merged, cached);
                         self.keep_view(st, &next.key, None);
                         self.cache.remove(&st.index, &next.key);
                         return Ok(());
@@ -800,7 +802,7 @@ impl SortedStore {
                 }
             }
         }
-        self.recache(st, &iv.key, new, cached);
+        self.recache(st, &iv.key, || new.into_loaded(), cached);
         Ok(())
     }
 
@@ -820,9 +822,9 @@ impl SortedStore {
 
     /// Caches the changed interval keyed `key` if `cached`, or else makes sure the
     /// cache holds no entry for it.
-    fn recache(&self, st: &State, key: &[u8], new: Loaded, cached: bool) {
+    fn recache(&self, st: &State, key: &[u8], new: impl FnOnce() -> Loaded, cached: bool) {
         if cached {
-            let l = Arc::new(new);
+            let l = Arc::new(new());
             let end = st.index.next(key).map(|n| n.key);
             self.keep_view(st, key, Some((&l, end.as_deref())));
             self.cache.put(&st.index, key, end.as_deref(), l);
@@ -839,7 +841,7 @@ impl SortedStore {
         &self,
         st: &mut State,
         iv: &Interval,
-        new: Loaded,
+        new: Laid<'_>,
         appended: bool,
         cached: bool,
     ) -> Result<()> {
@@ -898,6 +900,7 @@ impl SortedStore {
         let end = st.index.next(keys[keys.len() - 1]).map(|n| n.key);
         let mut end = end.as_deref();
         let mut last = n;
+        let new = new.into_loaded();
         for (&cut, &key) in starts.iter().zip(&keys).rev() {
             let piece = Arc::new(new.slice(cut..last));
             self.cache.put(&st.index, key, end, piece);

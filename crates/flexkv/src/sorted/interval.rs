@@ -316,6 +316,70 @@ pub(crate) fn fingerprint(key: &[u8]) -> u16 {
     (h ^ (h >> 16)) as u16
 }
 
+/// An interval's records as the committer just laid them out, back to back, and where
+/// each starts: what [`Loaded::from_parts`] makes a cached form of, made into one
+/// ([`Laid::into_loaded`]) only where one is needed: for the cache, or for the merge
+/// with a neighbour. Where the keyspace is larger than the cache, a commit changes
+/// intervals the cache does not take, and their forms (a copy of the bytes, a
+/// fingerprint per key, the heads) were built only to be dropped.
+pub(crate) struct Laid<'a> {
+    bytes: &'a [u8],
+    starts: Vec<u32>,
+}
+
+impl<'a> Laid<'a> {
+    /// Records `bytes`, which the committer encoded, starting at `starts`.
+    pub(crate) fn new(bytes: &'a [u8], starts: Vec<u32>) -> Laid<'a> {
+        Laid { bytes, starts }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// The records' bytes.
+    pub(crate) fn size(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// What the cached form would cost the cache: [`Loaded::footprint`].
+    pub(crate) fn footprint(&self) -> usize {
+        overhead(self.len()) + self.size()
+    }
+
+    /// Where record `i` starts and ends.
+    pub(crate) fn span(&self, i: usize) -> (usize, usize) {
+        let end = self
+            .starts
+            .get(i + 1)
+            .map_or(self.bytes.len(), |&e| e as usize);
+        (self.starts[i] as usize, end)
+    }
+
+    /// Record `i`'s key.
+    pub(crate) fn key(&self, i: usize) -> &'a [u8] {
+        match peek_seq_key(&self.bytes[self.starts[i] as usize..]) {
+            Ok((_, key)) => key,
+            Err(_) => unreachable!("the committer encoded these records"),
+        }
+    }
+
+    /// The record with key `key`: a binary search over the keys.
+    pub(crate) fn find(&self, key: &[u8]) -> Option<usize> {
+        let i = partition(self.len(), |i| self.key(i) < key);
+        (i < self.len() && self.key(i) == key).then_some(i)
+    }
+
+    /// The cached form: [`Loaded::from_parts`] of a copy of the bytes.
+    pub(crate) fn into_loaded(self) -> Loaded {
+        Loaded::from_parts(self.bytes.to_vec(), self.starts)
+    }
+}
+
 impl Loaded {
     /// The interval this one's link leads to, if the link holds at `epoch`: made at
     /// `epoch`, or from this form to another while both are live ([`Next::get`]).
@@ -799,6 +863,36 @@ mod tests {
         assert_eq!(a.concat(&b), iv);
         assert_eq!(Loaded::parse(b.bytes().to_vec()).unwrap(), b);
         assert_eq!(iv.slice(2..2).len(), 0);
+    }
+
+    #[test]
+    fn a_laid_interval_answers_as_its_cached_form_does() {
+        let keys: [&[u8]; 5] = [b"b", b"bb", b"d\0", b"f", &[b'h'; 300]];
+        let bytes = interval(&keys);
+        let whole = Loaded::parse(bytes.clone()).unwrap();
+        let starts: Vec<u32> = whole.spans.iter().map(|s| s.start).collect();
+        let laid = Laid::new(&bytes, starts.clone());
+        assert_eq!((laid.len(), laid.size()), (whole.len(), whole.size()));
+        assert_eq!(laid.footprint(), whole.footprint());
+        for (i, &key) in keys.iter().enumerate() {
+            assert_eq!(laid.key(i), key);
+            assert_eq!(laid.span(i), whole.span(i));
+            assert_eq!(laid.find(key), Some(i));
+        }
+        for missing in [&b"a"[..], b"ba", b"c", b"d", b"d\0\0", b"g", b"z"] {
+            assert_eq!(laid.find(missing), None, "{missing:?}");
+        }
+        assert_eq!(
+            laid.into_loaded(),
+            Loaded::from_parts(bytes.clone(), starts)
+        );
+        let empty = Laid::new(&[], Vec::new());
+        assert!(empty.is_empty());
+        assert_eq!(empty.find(b"a"), None);
+        assert_eq!(
+            empty.footprint(),
+            Loaded::from_parts(Vec::new(), Vec::new()).footprint()
+        );
     }
 
     /// Sorted, distinct keys over a small alphabet that includes zero, so that keys
