@@ -487,7 +487,8 @@ impl IntervalCache {
     }
 
     /// Whether the committer, having changed the interval keyed `key` (now taking
-    /// `footprint` bytes), should cache its new form (else it drops the entry, if any).
+    /// `footprint` bytes; `slot` is its slot in the index), should cache its new form
+    /// (else it drops the entry, if any).
     ///
     /// Where the whole keyspace fits in the cache (`fits`, see
     /// [`IntervalCache::would_hold`]): yes if the cache holds the interval or has room
@@ -503,12 +504,12 @@ impl IntervalCache {
     /// sixth slower and its RSS 300 MiB larger.
     pub(crate) fn wants(
         &self,
-        index: &SparseIndex,
+        slot: Option<&Slot>,
         key: &[u8],
         footprint: usize,
         fits: bool,
     ) -> bool {
-        match self.peek(index, key) {
+        match slot.and_then(Slot::peek) {
             Some(l) => fits || l.referenced.is_set(),
             None => fits && self.has_room(key, footprint),
         }

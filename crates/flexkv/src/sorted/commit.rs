@@ -17,7 +17,7 @@ use parking_lot::{Mutex, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
 use super::cache::Slot;
 use super::history::{self, record_value};
-use super::index::{separator, Interval};
+use super::index::{separator, Found, Interval};
 use super::interval::{Laid, Loaded};
 use super::record::{Record, RecordValue};
 use super::store::{scattered, sync_space, SortedStore, State, HEAD};
@@ -382,13 +382,13 @@ impl SortedStore {
         for u in plan.ups {
             self.rows.forget(&u.key);
         }
-        let iv = st.index.find_to_edit(&plan.ups[0].key);
+        let (iv, found) = st.index.find_to_edit(&plan.ups[0].key);
         let old = if iv.key == plan.key && iv.size == plan.size {
             plan.old
         } else {
             self.load(st, &iv)?
         };
-        self.apply_interval(st, &iv, &old, plan.ups, plan.outcomes, records)
+        self.apply_interval(st, (&iv, &found), &old, plan.ups, plan.outcomes, records)
     }
 
     /// Runs `f` under the write lock and records how long it was held. An error marks
@@ -517,7 +517,7 @@ impl SortedStore {
     fn apply_interval(
         &self,
         st: &mut State,
-        iv: &Interval,
+        (iv, found): (&Interval, &Found),
         old: &Loaded,
         ups: &[Update],
         outcomes: Vec<Outcome>,
@@ -612,7 +612,7 @@ impl SortedStore {
         }
         let delta = bytes.len() as i64 - old.size() as i64;
         if delta != 0 {
-            st.index.resize(&iv.key, delta)?;
+            st.index.resize_found(found, &iv.key, delta)?;
         }
         let new = Laid::new(&bytes, starts);
         if !rewrite && !old.is_empty() {
@@ -625,7 +625,7 @@ impl SortedStore {
                 }
             }
         }
-        let settled = self.settle(st, iv, new, shrank, appended);
+        let settled = self.settle(st, (iv, found), new, shrank, appended);
         st.rebuild = bytes;
         settled
     }
@@ -739,7 +739,7 @@ impl SortedStore {
     fn settle(
         &self,
         st: &mut State,
-        iv: &Interval,
+        (iv, found): (&Interval, &Found),
         new: Laid<'_>,
         shrank: bool,
         appended: bool,
@@ -779,9 +779,12 @@ impl SortedStore {
         if st.space.tag(iv.offset) != Some(HEAD) {
             st.space.set_tag(iv.offset, HEAD)?;
         }
-        let cached = self
-            .cache
-            .wants(&st.index, &iv.key, new.footprint(), self.fits(st));
+        let cached = self.cache.wants(
+            st.index.slot_found(found, &iv.key),
+            &iv.key,
+            new.footprint(),
+            self.fits(st),
+        );
         if new.len() > self.split_pairs || (new.size() > SPLIT_BYTES && new.len() > 1) {
             return self.split(st, iv, new, appended, cached);
         }

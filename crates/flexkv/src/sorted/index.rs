@@ -117,6 +117,12 @@ impl Default for SparseIndex {
 /// One step of a root-to-leaf path: the node and the child (or entry) taken.
 type Path = Vec<(NodeId, usize)>;
 
+/// Where [`SparseIndex::find_to_edit`] found an interval: the path down to it.
+#[derive(Debug)]
+pub(crate) struct Found {
+    path: Path,
+}
+
 /// A leaf's keys, partial offsets, partial end and cache slots.
 type LeafMut<'a> = (
     &'a mut Keys,
@@ -277,14 +283,56 @@ impl SparseIndex {
     }
 
     /// [`SparseIndex::find`] for a caller about to change the interval's records: its
-    /// slot forgets the interval's [`Shortcut`](crate::space::Shortcut).
-    pub(crate) fn find_to_edit(&mut self, key: &[u8]) -> Interval {
-        let (leaf, j, shift) = self.walk(key, |_, _| {});
+    /// slot forgets the interval's [`Shortcut`](crate::space::Shortcut). Returns too
+    /// where it was found, for [`SparseIndex::resize_found`] and
+    /// [`SparseIndex::slot_found`].
+    pub(crate) fn find_to_edit(&mut self, key: &[u8]) -> (Interval, Found) {
+        let (path, shift) = self.descend(key);
+        let (leaf, j) = end(&path);
         match &mut self.nodes[leaf] {
             Node::Leaf { slots, .. } => slots[j].forget_shortcut(),
             Node::Internal { .. } => unreachable!("paths end at leaves"),
         }
-        self.interval_at(leaf, j, shift)
+        (self.interval_at(leaf, j, shift), Found { path })
+    }
+
+    /// Whether `found` is still the path down to the interval keyed `key`: every step
+    /// leads to the next, and the entry it ends at has that key.
+    fn still_found(&self, found: &Found, key: &[u8]) -> bool {
+        let path = &found.path;
+        let steps_hold = path.windows(2).all(|w| {
+            matches!(self.nodes.get(w[0].0), Some(Node::Internal { children, .. })
+                if children.get(w[0].1) == Some(&w[1].0))
+        });
+        let (leaf, j) = end(path);
+        steps_hold
+            && path.first().is_some_and(|&(id, _)| id == self.root)
+            && matches!(self.nodes.get(leaf), Some(Node::Leaf { keys, .. })
+                if j < keys.len() && keys.get(j) == key)
+    }
+
+    /// [`SparseIndex::resize`] of the interval [`SparseIndex::find_to_edit`] found
+    /// (`found`, for `key`), by that path if it still leads there, with no second
+    /// descent: the committer resizes each interval it changes right after finding it.
+    pub(crate) fn resize_found(&mut self, found: &Found, key: &[u8], delta: i64) -> Result<()> {
+        if self.still_found(found, key) {
+            self.resize_path(&found.path, delta)
+        } else {
+            self.resize(key, delta)
+        }
+    }
+
+    /// [`SparseIndex::slot_of`] the interval [`SparseIndex::find_to_edit`] found
+    /// (`found`, for `key`), by that path if it still leads there.
+    pub(crate) fn slot_found(&self, found: &Found, key: &[u8]) -> Option<&Slot> {
+        if !self.still_found(found, key) {
+            return self.slot_of(key);
+        }
+        let (leaf, j) = end(&found.path);
+        match &self.nodes[leaf] {
+            Node::Leaf { slots, .. } => Some(&slots[j]),
+            Node::Internal { .. } => unreachable!("paths end at leaves"),
+        }
     }
 
     /// The index key of the interval that holds `key` ([`SparseIndex::find`] without
@@ -650,7 +698,12 @@ impl SparseIndex {
     /// every later interval by as much.
     pub fn resize(&mut self, key: &[u8], delta: i64) -> Result<()> {
         let (path, _) = self.exact(key)?;
-        let (leaf, j) = end(&path);
+        self.resize_path(&path, delta)
+    }
+
+    /// [`SparseIndex::resize`] of the interval `path` leads to.
+    fn resize_path(&mut self, path: &Path, delta: i64) -> Result<()> {
+        let (leaf, j) = end(path);
         let (_, partial, end, _) = self.leaf_mut(leaf);
         let size = size_in(partial, *end, j);
         if size.checked_add_signed(delta).is_none() {

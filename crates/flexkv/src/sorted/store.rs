@@ -1055,7 +1055,7 @@ impl SortedStore {
         old: &Pointer,
         new: &Pointer,
     ) -> Result<bool> {
-        let iv = st.index.find_to_edit(key);
+        let (iv, _) = st.index.find_to_edit(key);
         let loaded = self.load(st, &iv)?;
         let Some(i) = loaded.find(key) else {
             return Ok(false);

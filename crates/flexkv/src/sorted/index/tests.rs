@@ -270,3 +270,65 @@ fn the_next_key_of_a_position_is_the_next_intervals() {
         }
     }
 }
+
+/// The committer resizes an interval, and finds its slot, by the path it found the
+/// interval by. Where the tree changed shape in between (a split that split nodes, a
+/// merge that emptied one), the path is checked and the interval found again: the
+/// outcome is always that of a descent by the key.
+#[test]
+fn a_found_path_resizes_and_finds_the_slot_as_a_descent_does_even_once_stale() {
+    for seed in 0..8 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let (mut ix, mut twin) = (SparseIndex::with_fanout(4), SparseIndex::with_fanout(4));
+        let mut keys: Vec<Vec<u8>> = vec![vec![]];
+        ix.resize(b"", 1 << 20).unwrap();
+        twin.resize(b"", 1 << 20).unwrap();
+        let (mut stale, mut fresh) = (0, 0);
+        for _ in 0..600 {
+            let k = keys[rng.random_range(0..keys.len())].clone();
+            let (iv, found) = ix.find_to_edit(&k);
+            assert_eq!(iv, twin.find(&k));
+            // Between the find and the resize, the shape may change anywhere.
+            let change = rng.random_range(0..3);
+            let other = keys[rng.random_range(0..keys.len())].clone();
+            let size = twin.find(&other).size;
+            let num = |k: &[u8]| k.try_into().map_or(0, u32::from_be_bytes);
+            let lo = num(&other);
+            let hi = twin.next(&other).map_or(u32::MAX, |n| num(&n.key));
+            if change == 0 && size > 1 && hi - lo > 1 {
+                let nk = key(rng.random_range(lo + 1..hi));
+                let at = rng.random_range(1..size);
+                ix.split(&other, at, &nk).unwrap();
+                twin.split(&other, at, &nk).unwrap();
+                keys.push(nk);
+                keys.sort();
+            } else if change == 1 && twin.next(&other).is_some() {
+                let gone = twin.next(&other).unwrap().key;
+                ix.merge_next(&other).unwrap();
+                twin.merge_next(&other).unwrap();
+                keys.retain(|k| *k != gone);
+            }
+            if ix.still_found(&found, &iv.key) {
+                fresh += 1;
+            } else {
+                stale += 1;
+            }
+            let delta = rng.random_range(-10..=10);
+            let (a, b) = (
+                ix.resize_found(&found, &iv.key, delta),
+                twin.resize(&iv.key, delta),
+            );
+            assert_eq!(a.is_ok(), b.is_ok());
+            assert_eq!(
+                ix.slot_found(&found, &iv.key).map(std::ptr::from_ref),
+                ix.slot_of(&iv.key).map(std::ptr::from_ref)
+            );
+            assert_eq!(ix.intervals(), twin.intervals());
+            ix.check().unwrap();
+        }
+        assert!(
+            stale > 20 && fresh > 200,
+            "seed {seed}: {stale} stale, {fresh} fresh"
+        );
+    }
+}
