@@ -544,14 +544,20 @@ impl SortedStore {
         // first, so it starts at `iv.offset` plus the new bytes before it. `run` is the
         // old bytes it replaces and where its new bytes start in `bytes`.
         let mut run: Option<(u64, usize)> = None;
+        // Whether an edit began at the interval's start: only then may its first extent
+        // have lost the head tag, or the old first record moved off it.
+        let mut at_head = rewrite;
         let mut edit_run = |run: &mut Option<(u64, usize)>, bytes: &[u8]| -> Result<()> {
             match run.take() {
-                Some((old_len, from)) if !rewrite => edit(
-                    &mut st.space,
-                    iv.offset + from as u64,
-                    old_len,
-                    &bytes[from..],
-                ),
+                Some((old_len, from)) if !rewrite => {
+                    at_head |= from == 0;
+                    edit(
+                        &mut st.space,
+                        iv.offset + from as u64,
+                        old_len,
+                        &bytes[from..],
+                    )
+                }
                 _ => Ok(()),
             }
         };
@@ -615,7 +621,7 @@ impl SortedStore {
             st.index.resize_found(found, &iv.key, delta)?;
         }
         let new = Laid::new(&bytes, starts);
-        if !rewrite && !old.is_empty() {
+        if at_head && !rewrite && !old.is_empty() {
             // The old first record, if it is still here but no longer first, still
             // carries the head tag.
             if let Some(j) = new.find(old.key(0)).filter(|&j| j > 0) {
@@ -625,7 +631,7 @@ impl SortedStore {
                 }
             }
         }
-        let settled = self.settle(st, (iv, found), new, shrank, appended);
+        let settled = self.settle(st, (iv, found), new, at_head, shrank, appended);
         st.rebuild = bytes;
         settled
     }
@@ -733,14 +739,16 @@ impl SortedStore {
         }
     }
 
-    /// After an interval changed: removes it if empty, tags its head, splits it if too
-    /// big, merges it with the next if both are small, and caches what results if
+    /// After an interval changed: removes it if empty, tags its head (if an edit began
+    /// there: `at_head`), splits it if too big, merges it with the next if both are
+    /// small, and caches what results if
     /// [`IntervalCache::wants`](super::cache::IntervalCache::wants) it.
     fn settle(
         &self,
         st: &mut State,
         (iv, found): (&Interval, &Found),
         new: Laid<'_>,
+        at_head: bool,
         shrank: bool,
         appended: bool,
     ) -> Result<()> {
@@ -776,9 +784,13 @@ impl SortedStore {
             }
             return Ok(());
         }
-        if st.space.tag(iv.offset) != Some(HEAD) {
+        // An interval whose edits all began past its first record keeps its first
+        // extent, and the tag on it: the look at the tree is spared (a descent of a
+        // large tree for each interval a commit changes).
+        if at_head && st.space.tag(iv.offset) != Some(HEAD) {
             st.space.set_tag(iv.offset, HEAD)?;
         }
+        debug_assert_eq!(st.space.tag(iv.offset), Some(HEAD), "interval {:?}", iv.key);
         let cached = self.cache.wants(
             st.index.slot_found(found, &iv.key),
             &iv.key,
