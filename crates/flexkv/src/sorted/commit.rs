@@ -18,7 +18,7 @@ use parking_lot::{Mutex, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use super::cache::Slot;
 use super::history::{self, record_value};
 use super::index::{separator, Found, Interval};
-use super::interval::{Laid, Loaded};
+use super::interval::{Laid, Loaded, Read, ReadBufs};
 use super::record::{Record, RecordValue};
 use super::store::{scattered, sync_space, SortedStore, State, HEAD};
 use crate::db::pace::CommitPace;
@@ -47,6 +47,10 @@ const GC_PIECES: usize = 64;
 /// The most a keyspace's record buffer keeps between slices (about 1,000 pairs of
 /// 16-byte keys and 1 KiB values; larger slices allocate afresh).
 const RECORDS_KEPT: usize = 1 << 20;
+/// The most a keyspace's buffer for a slice's intervals read from the space keeps
+/// between slices (a slice of 1,000 keys in as many intervals of 4 KiB; a slice that
+/// reads more allocates afresh).
+const READS_KEPT: usize = 4 << 20;
 /// An interval splits past this many bytes...
 pub(crate) const SPLIT_BYTES: usize = 16 << 10;
 /// ...or this many pairs (the default of `SortedStore::split_pairs`), and two
@@ -139,12 +143,78 @@ struct Prepared<'a> {
     records: parking_lot::MutexGuard<'a, Vec<u8>>,
 }
 
+/// An interval a plan edits: its cached form, or as the committer read it into the
+/// slice's buffers, and whether it is fragmented.
+enum Old<'a> {
+    Cached(Arc<Loaded>),
+    Read(Read<'a>, bool),
+}
+
+impl Old<'_> {
+    fn fragmented(&self) -> bool {
+        match self {
+            Old::Cached(l) => l.fragmented,
+            Old::Read(_, fragmented) => *fragmented,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Old::Cached(l) => l.bytes(),
+            Old::Read(r, _) => r.bytes(),
+        }
+    }
+
+    fn size(&self) -> usize {
+        self.bytes().len()
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Old::Cached(l) => l.len(),
+            Old::Read(r, _) => r.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn span(&self, i: usize) -> (usize, usize) {
+        match self {
+            Old::Cached(l) => l.span(i),
+            Old::Read(r, _) => r.span(i),
+        }
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        match self {
+            Old::Cached(l) => l.key(i),
+            Old::Read(r, _) => r.key(i),
+        }
+    }
+
+    fn record(&self, i: usize) -> Record<'_> {
+        match self {
+            Old::Cached(l) => l.record(i),
+            Old::Read(r, _) => r.record(i),
+        }
+    }
+
+    fn find(&self, key: &[u8]) -> Option<usize> {
+        match self {
+            Old::Cached(l) => l.find(key),
+            Old::Read(r, _) => r.find(key),
+        }
+    }
+}
+
 /// One interval's share of a slice, worked out under the shared lock.
 struct Plan<'u> {
     /// The interval's key and size when it was loaded.
     key: Vec<u8>,
     size: u64,
-    old: Arc<Loaded>,
+    old: Old<'u>,
     ups: &'u [Update],
     /// What becomes of each update's record, in the order of `ups`.
     outcomes: Vec<Outcome>,
@@ -220,16 +290,17 @@ impl SortedStore {
         if self.views.offer(&st) {
             self.counters.views_made.fetch_add(1, Ordering::Relaxed);
         }
+        let mut reads = self.reads.lock();
         let Prepared {
             plans,
             lingering,
             records,
-        } = self.prepare(&st, slice, cx)?;
+        } = self.prepare(&st, slice, &mut reads, cx)?;
         // What the slice will write at most: its new records, and the whole of every
         // interval it rewrites.
         let writes = plans
             .iter()
-            .filter(|p| p.old.fragmented)
+            .filter(|p| p.old.fragmented())
             .map(|p| p.old.size() as u64)
             .sum::<u64>()
             + records.len() as u64;
@@ -315,10 +386,11 @@ impl SortedStore {
         &'a self,
         st: &State,
         slice: &'a [Update],
+        reads: &'a mut ReadBufs,
         cx: &Context,
     ) -> Result<Prepared<'a>> {
         let groups = groups(st, slice);
-        let olds = self.load_all(st, &groups)?;
+        let olds = self.load_all(st, &groups, reads)?;
         let mut records = self.records.lock();
         records.clear();
         let mut plans = Vec::with_capacity(groups.len());
@@ -352,27 +424,38 @@ impl SortedStore {
         })
     }
 
-    /// The intervals of `groups`, from the cache or else from the space, by the
-    /// shortcut in their slots (which the last large commit left there, or a read):
-    /// the tree is not searched for where each one lies.
-    fn load_all(&self, st: &State, groups: &[Group]) -> Result<Vec<Arc<Loaded>>> {
+    /// The intervals of `groups`, from the cache or else from the space into `reads`,
+    /// by the shortcut in their slots (which the last large commit left there, or a
+    /// read): the tree is not searched for where each one lies.
+    fn load_all<'b>(
+        &self,
+        st: &State,
+        groups: &[Group],
+        reads: &'b mut ReadBufs,
+    ) -> Result<Vec<Old<'b>>> {
         let c = &self.counters;
-        let mut misses = 0;
-        let olds = groups
-            .iter()
-            .map(|(iv, _, cached, slot)| match cached {
-                Some(l) => Ok(Arc::clone(l)),
-                None => {
-                    misses += 1;
-                    self.read_interval_at(&st.space, iv, Some(slot), None)
-                        .map(|(l, _)| Arc::new(l))
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
+        reads.clear(READS_KEPT);
+        let mut at = Vec::with_capacity(groups.len());
+        for (iv, _, cached, slot) in groups {
+            at.push(match cached {
+                Some(_) => None,
+                None => Some(self.read_to_edit(&st.space, iv, slot, reads)?),
+            });
+        }
+        let misses = at.iter().filter(|a| a.is_some()).count();
         c.cache_hits
             .fetch_add((groups.len() - misses) as u64, Ordering::Relaxed);
         c.cache_misses.fetch_add(misses as u64, Ordering::Relaxed);
-        Ok(olds)
+        let reads: &'b ReadBufs = reads;
+        Ok(groups
+            .iter()
+            .zip(at)
+            .map(|((_, _, cached, _), at)| match (cached, at) {
+                (_, Some((at, fragmented))) => Old::Read(reads.get(&at), fragmented),
+                (Some(l), None) => Old::Cached(Arc::clone(l)),
+                (None, None) => unreachable!("an interval not cached is read"),
+            })
+            .collect())
     }
 
     /// Applies one interval's resolved updates. Its interval is found again: an earlier
@@ -386,7 +469,7 @@ impl SortedStore {
         let old = if iv.key == plan.key && iv.size == plan.size {
             plan.old
         } else {
-            self.load(st, &iv)?
+            Old::Cached(self.load(st, &iv)?)
         };
         self.apply_interval(st, (&iv, &found), &old, plan.ups, plan.outcomes, records)
     }
@@ -518,12 +601,12 @@ impl SortedStore {
         &self,
         st: &mut State,
         (iv, found): (&Interval, &Found),
-        old: &Loaded,
+        old: &Old<'_>,
         ups: &[Update],
         outcomes: Vec<Outcome>,
         records: &[u8],
     ) -> Result<()> {
-        let rewrite = old.fragmented;
+        let rewrite = old.fragmented();
         // Room for every update as a new record of its newest version, so the interval
         // being rebuilt is not copied again as it grows.
         let added: usize = ups

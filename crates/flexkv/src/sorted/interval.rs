@@ -53,6 +53,42 @@ struct Span {
 
 const _: () = assert!(std::mem::size_of::<Span>() == 8);
 
+impl Span {
+    /// The span of record `rec`, which starts at `start` and whose key is `key`.
+    fn of(start: u32, rec: &[u8], key: &[u8]) -> Span {
+        let off = key.as_ptr() as usize - rec.as_ptr() as usize;
+        Span {
+            start,
+            key_len: u16::try_from(key.len()).unwrap_or_else(|_| unreachable!("keys are short")),
+            key_off: u8::try_from(off).unwrap_or_else(|_| unreachable!("headers are short")),
+            flags: rec[0],
+        }
+    }
+}
+
+/// Splits `bytes` into records, verifying each ([`Record::decode`]) and that their keys
+/// increase, and hands each one's span to `push`; returns the highest sequence. `Err`
+/// names the offset (within `bytes`) and what is wrong there.
+fn parse_spans(bytes: &[u8], mut push: impl FnMut(Span)) -> Result<u64, (usize, String)> {
+    let mut last: Option<&[u8]> = None;
+    let mut max_seq = 0;
+    let mut at = 0;
+    while at < bytes.len() {
+        let (r, n) = Record::decode(&bytes[at..]).map_err(|e| (at, e.to_string()))?;
+        if last.is_some_and(|l| l >= r.key) {
+            return Err((at, "record keys are not in increasing order".into()));
+        }
+        if r.key.len() > usize::from(u16::MAX) {
+            return Err((at, "a key longer than flexkv writes".into()));
+        }
+        last = Some(r.key);
+        max_seq = max_seq.max(r.seq);
+        push(Span::of(to_u32(at), &bytes[at..], r.key));
+        at += n;
+    }
+    Ok(max_seq)
+}
+
 /// A decoded interval.
 ///
 /// A point read touches the fingerprints, then one record's span, then its bytes: the
@@ -380,6 +416,114 @@ impl<'a> Laid<'a> {
     }
 }
 
+/// An interval the committer read from the space to edit: its bytes and its records'
+/// spans, in the slice's buffers ([`ReadBufs`]). Where the keyspace is larger than the
+/// cache, most intervals a commit changes are read this way, and a form of their own
+/// (an allocation of their size, a fingerprint per key) was made for each only to be
+/// dropped once the slice was applied.
+pub(crate) struct Read<'a> {
+    bytes: &'a [u8],
+    spans: &'a [Span],
+}
+
+impl Read<'_> {
+    pub(crate) fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.bytes
+    }
+
+    /// Where record `i` starts and ends.
+    pub(crate) fn span(&self, i: usize) -> (usize, usize) {
+        let end = self
+            .spans
+            .get(i + 1)
+            .map_or(self.bytes.len(), |e| e.start as usize);
+        (self.spans[i].start as usize, end)
+    }
+
+    pub(crate) fn key(&self, i: usize) -> &[u8] {
+        span_key(self.bytes, self.spans[i])
+    }
+
+    pub(crate) fn record(&self, i: usize) -> Record<'_> {
+        let (start, end) = self.span(i);
+        let s = self.spans[i];
+        Record::decode_laid_out(
+            &self.bytes[start..end],
+            usize::from(s.key_off),
+            usize::from(s.key_len),
+        )
+    }
+
+    /// The record with key `key`: a binary search over the keys.
+    pub(crate) fn find(&self, key: &[u8]) -> Option<usize> {
+        let i = partition(self.len(), |i| self.key(i) < key);
+        (i < self.len() && self.key(i) == key).then_some(i)
+    }
+}
+
+/// Where one interval lies in a [`ReadBufs`].
+pub(crate) struct ReadAt {
+    bytes: std::ops::Range<usize>,
+    spans: std::ops::Range<usize>,
+}
+
+/// The buffers the committer reads a slice's uncached intervals into, back to back,
+/// kept from slice to slice ([`Read`]).
+#[derive(Default)]
+pub(crate) struct ReadBufs {
+    bytes: Vec<u8>,
+    spans: Vec<Span>,
+}
+
+impl ReadBufs {
+    /// Empties the buffers, keeping at most `keep` bytes of room (an interval of large
+    /// values grows them past what a usual slice needs).
+    pub(crate) fn clear(&mut self, keep: usize) {
+        self.bytes.clear();
+        self.spans.clear();
+        if self.bytes.capacity() > keep {
+            self.bytes = Vec::new();
+            self.spans = Vec::new();
+        }
+    }
+
+    /// `size` zeroed bytes at the end, for a read to fill before [`ReadBufs::parse`].
+    pub(crate) fn room(&mut self, size: usize) -> &mut [u8] {
+        let start = self.bytes.len();
+        self.bytes.resize(start + size, 0);
+        &mut self.bytes[start..]
+    }
+
+    /// Splits the last `size` bytes (which [`ReadBufs::room`] gave) into records, as
+    /// [`Loaded::parse`] does: `Err` names the offset within them and what is wrong.
+    pub(crate) fn parse(&mut self, size: usize) -> Result<ReadAt, (usize, String)> {
+        let start = self.bytes.len() - size;
+        let first = self.spans.len();
+        let spans = &mut self.spans;
+        parse_spans(&self.bytes[start..], |s| spans.push(s))?;
+        Ok(ReadAt {
+            bytes: start..self.bytes.len(),
+            spans: first..self.spans.len(),
+        })
+    }
+
+    /// The interval at `at`.
+    pub(crate) fn get(&self, at: &ReadAt) -> Read<'_> {
+        Read {
+            bytes: &self.bytes[at.bytes.clone()],
+            spans: &self.spans[at.spans.clone()],
+        }
+    }
+}
+
 impl Loaded {
     /// The interval this one's link leads to, if the link holds at `epoch`: made at
     /// `epoch`, or from this form to another while both are live ([`Next::get`]).
@@ -390,22 +534,25 @@ impl Loaded {
     /// Splits `bytes` into records, verifying each; `Err` names the offset (within the
     /// interval) and what is wrong there.
     pub(crate) fn parse(bytes: Vec<u8>) -> Result<Loaded, (usize, String)> {
-        let mut starts = Vec::new();
-        let mut last: Option<&[u8]> = None;
-        let mut at = 0;
-        while at < bytes.len() {
-            let (r, n) = Record::decode(&bytes[at..]).map_err(|e| (at, e.to_string()))?;
-            if last.is_some_and(|l| l >= r.key) {
-                return Err((at, "record keys are not in increasing order".into()));
-            }
-            if r.key.len() > usize::from(u16::MAX) {
-                return Err((at, "a key longer than flexkv writes".into()));
-            }
-            last = Some(r.key);
-            starts.push(to_u32(at));
-            at += n;
-        }
-        Ok(Loaded::build(bytes, starts, false))
+        let mut spans = SmallVec::new();
+        let max_seq = parse_spans(&bytes, |s| spans.push(s))?;
+        let bytes = if bytes.capacity() > bytes.len() {
+            bytes.as_slice().to_vec()
+        } else {
+            bytes
+        };
+        let fps = spans
+            .iter()
+            .map(|&s| fingerprint(span_key(&bytes, s)))
+            .collect();
+        Ok(Loaded::assemble(
+            bytes,
+            fps,
+            spans,
+            SmallVec::new(),
+            0,
+            max_seq,
+        ))
     }
 
     /// Builds an interval from records already encoded back to back (by the committer,
@@ -413,12 +560,7 @@ impl Loaded {
     /// allocation of exactly their length (copied if `bytes` has room to spare): a
     /// cached interval lives long, and room reserved for building it would be memory
     /// the cache holds without using (two fifths more at 1M pairs: 166 MiB for 119).
-    pub(crate) fn from_parts(bytes: Vec<u8>, starts: Vec<u32>) -> Loaded {
-        Loaded::build(bytes, starts, true)
-    }
-
-    /// [`Loaded::from_parts`], with the heads only if `heads`.
-    fn build(mut bytes: Vec<u8>, starts: Vec<u32>, heads: bool) -> Loaded {
+    pub(crate) fn from_parts(mut bytes: Vec<u8>, starts: Vec<u32>) -> Loaded {
         if bytes.capacity() > bytes.len() {
             bytes = bytes.as_slice().to_vec();
         }
@@ -433,20 +575,9 @@ impl Loaded {
             };
             max_seq = max_seq.max(seq);
             fps.push(fingerprint(key));
-            let off = key.as_ptr() as usize - rec.as_ptr() as usize;
-            spans.push(Span {
-                start,
-                key_len: u16::try_from(key.len())
-                    .unwrap_or_else(|_| unreachable!("keys are short")),
-                key_off: u8::try_from(off).unwrap_or_else(|_| unreachable!("headers are short")),
-                flags: rec[0],
-            });
+            spans.push(Span::of(start, rec, key));
         }
-        if heads {
-            Loaded::heads_afresh(bytes, fps, spans, max_seq)
-        } else {
-            Loaded::assemble(bytes, fps, spans, SmallVec::new(), 0, max_seq)
-        }
+        Loaded::heads_afresh(bytes, fps, spans, max_seq)
     }
 
     /// This interval with its keys' heads, worked out if it has none: for an interval
@@ -893,6 +1024,53 @@ mod tests {
             empty.footprint(),
             Loaded::from_parts(Vec::new(), Vec::new()).footprint()
         );
+    }
+
+    #[test]
+    fn intervals_read_back_to_back_answer_as_their_cached_forms_do() {
+        let a: [&[u8]; 5] = [b"b", b"bb", b"d\0", b"f", &[b'h'; 300]];
+        let b: [&[u8]; 3] = [b"k", b"ka", b"m"];
+        let mut bufs = ReadBufs::default();
+        let mut at = Vec::new();
+        for keys in [&a[..], &[], &b[..]] {
+            let bytes = interval(keys);
+            bufs.room(bytes.len()).copy_from_slice(&bytes);
+            at.push((bufs.parse(bytes.len()).unwrap(), keys, bytes));
+        }
+        for (at, keys, bytes) in &at {
+            let read = bufs.get(at);
+            let whole = Loaded::parse(bytes.clone()).unwrap();
+            assert_eq!((read.len(), read.bytes()), (whole.len(), whole.bytes()));
+            assert_eq!(read.is_empty(), keys.is_empty());
+            for (i, &key) in keys.iter().enumerate() {
+                assert_eq!(read.key(i), key);
+                assert_eq!(read.span(i), whole.span(i));
+                assert_eq!(read.record(i), whole.record(i));
+                assert_eq!(read.find(key), Some(i));
+            }
+            for missing in [&b"a"[..], b"ba", b"c", b"d", b"g", b"ka\0", b"l", b"z"] {
+                assert_eq!(read.find(missing), None, "{missing:?}");
+            }
+        }
+        // A record that does not verify, or keys out of order, fail the parse where
+        // they lie, as `Loaded::parse` does.
+        let good = interval(&[b"a", b"b"]);
+        let mut bad = good.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        let first_len = interval(&[b"a"]).len();
+        let unordered = interval(&[b"b", b"a"]);
+        for (bytes, offset) in [(&bad, first_len), (&unordered, first_len)] {
+            bufs.clear(usize::MAX);
+            bufs.room(bytes.len()).copy_from_slice(bytes);
+            let (at, _) = bufs.parse(bytes.len()).err().unwrap();
+            assert_eq!(at, offset);
+            assert_eq!(Loaded::parse(bytes.clone()).err().unwrap().0, offset);
+        }
+        // Cleared, the buffers keep their room only up to what they are told.
+        bufs.room(1000);
+        bufs.clear(10);
+        assert_eq!(bufs.bytes.capacity(), 0);
     }
 
     /// Sorted, distinct keys over a small alphabet that includes zero, so that keys

@@ -28,7 +28,7 @@ use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use super::cache::{IntervalCache, Slot};
 use super::history::Version;
 use super::index::{Interval, Position, SparseIndex};
-use super::interval::Loaded;
+use super::interval::{Loaded, ReadAt, ReadBufs};
 use super::misses::MissCounts;
 use super::record::{peek_key, Record};
 use super::rows::RecordCache;
@@ -45,6 +45,12 @@ use crate::{Error, Result};
 /// that would otherwise be rewritten at every read that asked.
 pub(crate) fn scattered(space: &FlexSpace, iv: &Interval, extents: usize) -> bool {
     extents > space.contiguous_extents(iv.size)
+}
+
+/// Whether an interval of `records` records in `extents` extents is spread over more
+/// extents than half its records (FlexDB §5.2): rewrite it whole on its next update.
+pub(crate) fn fragmented(extents: usize, records: usize) -> bool {
+    extents > records.div_ceil(2).max(1)
 }
 
 /// The extent tag that marks an interval's first record.
@@ -157,6 +163,9 @@ pub(crate) struct SortedStore {
     /// The committer's buffer for a slice's encoded records, kept from slice to slice:
     /// a fresh one each time came from fresh pages, which the kernel zeroes first.
     pub(crate) records: Mutex<Vec<u8>>,
+    /// The committer's buffers for a slice's intervals read from the space, kept from
+    /// slice to slice for the same reason.
+    pub(crate) reads: Mutex<ReadBufs>,
     /// Keys of intervals that reads keep fetching from the space (the cache refused
     /// them [`REWRITE_AFTER`] times lately, by `misses`) in scattered extents: the
     /// committer rewrites them contiguous while it has nothing to commit, so each later
@@ -280,6 +289,7 @@ impl SortedStore {
             counters: StoreCounters::default(),
             split_pairs: opts.split_pairs.max(2),
             records: Mutex::new(Vec::new()),
+            reads: Mutex::default(),
             wanted: Mutex::default(),
             misses: MissCounts::new(opts.cache_bytes / CACHE_BYTES_PER_MISS_COUNT),
             rewrites_unsynced: AtomicU64::new(0),
@@ -807,19 +817,78 @@ impl SortedStore {
         slot: Option<&Slot>,
         cursor: Option<&mut Option<Cursor<'a>>>,
     ) -> Result<(Loaded, usize)> {
-        let size =
-            usize::try_from(iv.size).map_err(|_| self.corrupt(iv.offset, "huge interval"))?;
-        let mut buf = vec![0; size];
-        // Records carry their own checksums, which `parse` verifies.
+        let mut buf = vec![0; self.size_of(iv)?];
+        let extents = self.read_bytes_at(space, iv, slot, cursor, &mut buf)?;
+        let l = Loaded::parse(buf).map_err(|e| self.unparsed(iv, e))?;
+        if !l.is_empty() {
+            self.first_key_fits(iv, l.key(0))?;
+        }
+        let mut l = l;
+        l.fragmented = fragmented(extents, l.len());
+        Ok((l, extents))
+    }
+
+    /// [`SortedStore::read_interval_at`] by the slot's shortcut, into the committer's
+    /// `bufs` rather than a form of its own ([`Read`]). Returns where it lies in
+    /// `bufs`, and whether it is fragmented.
+    pub(crate) fn read_to_edit(
+        &self,
+        space: &FlexSpace,
+        iv: &Interval,
+        slot: &Slot,
+        bufs: &mut ReadBufs,
+    ) -> Result<(ReadAt, bool)> {
+        let size = self.size_of(iv)?;
+        let extents = self.read_bytes_at(space, iv, Some(slot), None, bufs.room(size))?;
+        let at = bufs.parse(size).map_err(|e| self.unparsed(iv, e))?;
+        let read = bufs.get(&at);
+        if !read.is_empty() {
+            self.first_key_fits(iv, read.key(0))?;
+        }
+        let fragmented = fragmented(extents, read.len());
+        Ok((at, fragmented))
+    }
+
+    fn size_of(&self, iv: &Interval) -> Result<usize> {
+        usize::try_from(iv.size).map_err(|_| self.corrupt(iv.offset, "huge interval"))
+    }
+
+    /// The error for interval `iv`, whose bytes do not parse (`at` within it: `why`).
+    fn unparsed(&self, iv: &Interval, (at, why): (usize, String)) -> Error {
+        self.corrupt(
+            iv.offset + at as u64,
+            &format!("interval {:?}: {why}", iv.key),
+        )
+    }
+
+    /// An error if `first`, interval `iv`'s first key, is below its index key.
+    fn first_key_fits(&self, iv: &Interval, first: &[u8]) -> Result<()> {
+        if first < iv.key.as_slice() {
+            return Err(self.corrupt(iv.offset, "an interval's first key is below its index key"));
+        }
+        Ok(())
+    }
+
+    /// Reads interval `iv` into `buf` (its size) as [`SortedStore::read_interval_at`]
+    /// says; returns how many extents hold it.
+    fn read_bytes_at<'a>(
+        &self,
+        space: &'a FlexSpace,
+        iv: &Interval,
+        slot: Option<&Slot>,
+        cursor: Option<&mut Option<Cursor<'a>>>,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        // Records carry their own checksums, which the parse verifies.
         let shortcut = slot.and_then(Slot::shortcut);
-        let extents = match (slot, cursor) {
+        Ok(match (slot, cursor) {
             (slot, Some(c)) => {
                 let spot = match shortcut {
                     Some(Shortcut::Spot(spot)) => Some(spot),
                     _ => None,
                 };
                 let at_spot = match spot {
-                    Some(spot) => space.read_spot_while(spot, &mut buf, |_| true)?,
+                    Some(spot) => space.read_spot_while(spot, buf, |_| true)?,
                     None => None,
                 };
                 if at_spot.is_some() {
@@ -832,7 +901,7 @@ impl SortedStore {
                 } else {
                     // Intervals read in a row go on with the cursor's walk.
                     let (extents, now) = (c.get_or_insert_with(|| space.cursor()))
-                        .read_self_checked(iv.offset, &mut buf, shortcut)?;
+                        .read_self_checked(iv.offset, buf, shortcut)?;
                     if let Some(slot) = slot.filter(|_| now != shortcut) {
                         slot.set_shortcut(now);
                     }
@@ -840,22 +909,11 @@ impl SortedStore {
                 }
             }
             (Some(slot), None) => {
-                self.read_by(space, iv.offset, shortcut, slot, &mut buf, |_| true)?
+                self.read_by(space, iv.offset, shortcut, slot, buf, |_| true)?
                     .extents
             }
-            (None, None) => space.read_self_checked(iv.offset, &mut buf)?.0,
-        };
-        let mut l = Loaded::parse(buf).map_err(|(at, why)| {
-            self.corrupt(
-                iv.offset + at as u64,
-                &format!("interval {:?}: {why}", iv.key),
-            )
-        })?;
-        if !l.is_empty() && l.key(0) < iv.key.as_slice() {
-            return Err(self.corrupt(iv.offset, "an interval's first key is below its index key"));
-        }
-        l.fragmented = extents > l.len().div_ceil(2).max(1);
-        Ok((l, extents))
+            (None, None) => space.read_self_checked(iv.offset, buf)?.0,
+        })
     }
 
     pub(crate) fn corrupt(&self, offset: u64, why: &str) -> Error {
