@@ -14,6 +14,7 @@ mod db;
 mod error;
 pub mod flextree;
 pub mod io;
+mod keyorder;
 mod le;
 mod prefetch;
 pub mod sorted;

@@ -330,7 +330,7 @@ impl Memtable {
             let mut versions = Versions::new();
             versions.push((first.seq(), value_of(&first)));
             e = first.next();
-            while let Some(x) = e.filter(|x| x.ks() == ks && x.key() == key) {
+            while let Some(x) = e.filter(|x| x.ks() == ks && crate::keyorder::eq(x.key(), key)) {
                 // Equal versions (a repeat inserted on its own): the first is the later.
                 if versions.last().is_some_and(|(s, _)| *s != x.seq()) {
                     versions.push((x.seq(), value_of(&x)));

@@ -22,6 +22,7 @@ use super::interval::{Laid, Loaded, Read, ReadBufs};
 use super::record::{Record, RecordValue};
 use super::store::{scattered, sync_space, SortedStore, State, HEAD};
 use crate::db::pace::CommitPace;
+use crate::keyorder;
 use crate::memtable::{Value, Versions};
 use crate::mvcc::Snapshots;
 use crate::space::FlexSpace;
@@ -127,11 +128,28 @@ fn groups<'a>(st: &'a State, slice: &[Update]) -> Vec<Group<'a>> {
         let slot = st.index.slot_at(at);
         let cached = slot.peek();
         let next = st.index.next_key_of(at);
-        let n = slice[i..].partition_point(|u| next.as_deref().is_none_or(|k| *u.key < *k));
+        let n = match next.as_deref() {
+            None => slice.len() - i,
+            Some(k) => until(&slice[i..], k),
+        };
         groups.push((iv, i..i + n, cached, slot));
         i += n;
     }
     groups
+}
+
+/// How many of `ups` (in key order, the first below `k`) are below `k`: a search that
+/// doubles its step from the start, since most intervals get a key or two of a slice
+/// (where a binary search over the rest of the slice took ten comparisons).
+fn until(ups: &[Update], k: &[u8]) -> usize {
+    let below = |i: usize| keyorder::lt(&ups[i].key, k);
+    let mut hi = 1;
+    while hi < ups.len() && below(hi) {
+        hi *= 2;
+    }
+    // `ups[hi / 2]` is below `k`; `ups[hi]` (if any) is not.
+    let from = hi / 2 + 1;
+    from + ups[from..hi.min(ups.len())].partition_point(|u| keyorder::lt(&u.key, k))
 }
 
 /// A slice worked out, ready to apply ([`SortedStore::prepare`]).
@@ -646,15 +664,18 @@ impl SortedStore {
         };
         let mut oi = 0;
         let mut shrank = false;
-        let appended = !old.is_empty() && ups.iter().all(|u| *u.key > *old.key(old.len() - 1));
+        let appended = !old.is_empty()
+            && ups
+                .iter()
+                .all(|u| keyorder::lt(old.key(old.len() - 1), &u.key));
         for (u, outcome) in ups.iter().zip(outcomes) {
-            while oi < old.len() && old.key(oi) < &u.key[..] {
+            while oi < old.len() && keyorder::lt(old.key(oi), &u.key) {
                 edit_run(&mut run, &bytes)?;
                 let (s, e) = old.span(oi);
                 keep(&mut bytes, &mut starts, &old.bytes()[s..e]);
                 oi += 1;
             }
-            let existing = (oi < old.len() && old.key(oi) == &u.key[..]).then_some(oi);
+            let existing = (oi < old.len() && keyorder::eq(old.key(oi), &u.key)).then_some(oi);
             let old_len = existing.map(|i| {
                 let (s, e) = old.span(i);
                 (e - s) as u64
@@ -1013,8 +1034,28 @@ impl SortedStore {
 
 #[cfg(test)]
 mod tests {
-    use super::RECORDS_KEPT;
+    use super::{until, Update, RECORDS_KEPT};
+    use crate::memtable::Versions;
     use crate::{Db, WriteBatch};
+
+    #[test]
+    fn the_doubling_search_counts_the_keys_below_a_bound_as_a_binary_search_does() {
+        for n in 1..70u16 {
+            // Even keys 2, 4, …: every bound from just above the first to past the last,
+            // on a key and between two.
+            let ups: Vec<Update> = (1..=n)
+                .map(|i| Update {
+                    key: (2 * i).to_be_bytes().into(),
+                    versions: Versions::new(),
+                })
+                .collect();
+            for b in 3..=2 * n + 2 {
+                let k = b.to_be_bytes();
+                let want = ups.partition_point(|u| *u.key < k[..]);
+                assert_eq!(until(&ups, &k), want, "{n} keys, bound {b}");
+            }
+        }
+    }
 
     #[test]
     fn a_slice_of_large_values_leaves_no_large_buffer_behind() {

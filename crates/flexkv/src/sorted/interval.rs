@@ -18,6 +18,7 @@
 use smallvec::SmallVec;
 
 use super::record::{inline_value, peek_seq_key, Record};
+use crate::keyorder;
 use crate::prefetch::prefetch;
 
 /// Bytes of bookkeeping per record, for the cache's size accounting: its span, its
@@ -75,7 +76,7 @@ fn parse_spans(bytes: &[u8], mut push: impl FnMut(Span)) -> Result<u64, (usize, 
     let mut at = 0;
     while at < bytes.len() {
         let (r, n) = Record::decode(&bytes[at..]).map_err(|e| (at, e.to_string()))?;
-        if last.is_some_and(|l| l >= r.key) {
+        if last.is_some_and(|l| !keyorder::lt(l, r.key)) {
             return Err((at, "record keys are not in increasing order".into()));
         }
         if r.key.len() > usize::from(u16::MAX) {
@@ -406,8 +407,8 @@ impl<'a> Laid<'a> {
 
     /// The record with key `key`: a binary search over the keys.
     pub(crate) fn find(&self, key: &[u8]) -> Option<usize> {
-        let i = partition(self.len(), |i| self.key(i) < key);
-        (i < self.len() && self.key(i) == key).then_some(i)
+        let i = partition(self.len(), |i| keyorder::lt(self.key(i), key));
+        (i < self.len() && keyorder::eq(self.key(i), key)).then_some(i)
     }
 
     /// The cached form: [`Loaded::from_parts`] of a copy of the bytes.
@@ -464,8 +465,8 @@ impl Read<'_> {
 
     /// The record with key `key`: a binary search over the keys.
     pub(crate) fn find(&self, key: &[u8]) -> Option<usize> {
-        let i = partition(self.len(), |i| self.key(i) < key);
-        (i < self.len() && self.key(i) == key).then_some(i)
+        let i = partition(self.len(), |i| keyorder::lt(self.key(i), key));
+        (i < self.len() && keyorder::eq(self.key(i), key)).then_some(i)
     }
 }
 
@@ -766,7 +767,7 @@ impl Loaded {
         self.fps
             .iter()
             .enumerate()
-            .find(|&(i, &f)| f == fp && self.key(i) == key)
+            .find(|&(i, &f)| f == fp && keyorder::eq(self.key(i), key))
             .map(|(i, _)| i)
     }
 
