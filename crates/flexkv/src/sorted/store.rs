@@ -819,18 +819,17 @@ impl SortedStore {
     ) -> Result<(Loaded, usize)> {
         let mut buf = vec![0; self.size_of(iv)?];
         let extents = self.read_bytes_at(space, iv, slot, cursor, &mut buf)?;
-        let l = Loaded::parse(buf).map_err(|e| self.unparsed(iv, e))?;
+        let mut l = Loaded::parse(buf).map_err(|e| self.unparsed(iv, e))?;
         if !l.is_empty() {
             self.first_key_fits(iv, l.key(0))?;
         }
-        let mut l = l;
         l.fragmented = fragmented(extents, l.len());
         Ok((l, extents))
     }
 
     /// [`SortedStore::read_interval_at`] by the slot's shortcut, into the committer's
-    /// `bufs` rather than a form of its own ([`Read`]). Returns where it lies in
-    /// `bufs`, and whether it is fragmented.
+    /// `bufs` rather than a form of its own ([`Read`](super::interval::Read)). Returns
+    /// where it lies in `bufs`, and whether it is fragmented.
     pub(crate) fn read_to_edit(
         &self,
         space: &FlexSpace,
