@@ -176,49 +176,16 @@ impl Old<'_> {
         }
     }
 
-    fn bytes(&self) -> &[u8] {
+    /// Its records as bytes and spans.
+    fn view(&self) -> Read<'_> {
         match self {
-            Old::Cached(l) => l.bytes(),
-            Old::Read(r, _) => r.bytes(),
+            Old::Cached(l) => l.view(),
+            Old::Read(r, _) => *r,
         }
     }
 
-    fn size(&self) -> usize {
-        self.bytes().len()
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Old::Cached(l) => l.len(),
-            Old::Read(r, _) => r.len(),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn span(&self, i: usize) -> (usize, usize) {
-        match self {
-            Old::Cached(l) => l.span(i),
-            Old::Read(r, _) => r.span(i),
-        }
-    }
-
-    fn key(&self, i: usize) -> &[u8] {
-        match self {
-            Old::Cached(l) => l.key(i),
-            Old::Read(r, _) => r.key(i),
-        }
-    }
-
-    fn record(&self, i: usize) -> Record<'_> {
-        match self {
-            Old::Cached(l) => l.record(i),
-            Old::Read(r, _) => r.record(i),
-        }
-    }
-
+    /// The record with key `key`: by fingerprint in a cached form, else by a binary
+    /// search.
     fn find(&self, key: &[u8]) -> Option<usize> {
         match self {
             Old::Cached(l) => l.find(key),
@@ -319,7 +286,7 @@ impl SortedStore {
         let writes = plans
             .iter()
             .filter(|p| p.old.fragmented())
-            .map(|p| p.old.size() as u64)
+            .map(|p| p.old.view().size() as u64)
             .sum::<u64>()
             + records.len() as u64;
         let st = self.collect_garbage(st, writes, cx.holds)?;
@@ -418,7 +385,7 @@ impl SortedStore {
             let outcomes = ups
                 .iter()
                 .map(|u| {
-                    let current = old.find(&u.key).map(|j| old.record(j));
+                    let current = old.find(&u.key).map(|j| old.view().record(j));
                     let mut linger = |seq: Option<u64>| {
                         if seq.is_some() || st.lingering.contains_key(&u.key) {
                             lingering.push((u.key.clone(), seq));
@@ -625,6 +592,7 @@ impl SortedStore {
         records: &[u8],
     ) -> Result<()> {
         let rewrite = old.fragmented();
+        let old = old.view();
         // Room for every update as a new record of its newest version, so the interval
         // being rebuilt is not copied again as it grows.
         let added: usize = ups

@@ -407,8 +407,7 @@ impl<'a> Laid<'a> {
 
     /// The record with key `key`: a binary search over the keys.
     pub(crate) fn find(&self, key: &[u8]) -> Option<usize> {
-        let i = partition(self.len(), |i| keyorder::lt(self.key(i), key));
-        (i < self.len() && keyorder::eq(self.key(i), key)).then_some(i)
+        find_sorted(self.len(), |i| self.key(i), key)
     }
 
     /// The cached form: [`Loaded::from_parts`] of a copy of the bytes.
@@ -417,17 +416,19 @@ impl<'a> Laid<'a> {
     }
 }
 
-/// An interval the committer read from the space to edit: its bytes and its records'
-/// spans, in the slice's buffers ([`ReadBufs`]). Where the keyspace is larger than the
-/// cache, most intervals a commit changes are read this way, and a form of their own
-/// (an allocation of their size, a fingerprint per key) was made for each only to be
-/// dropped once the slice was applied.
+/// An interval's records as bytes and spans, borrowed: the committer's view of an
+/// interval it read from the space into the slice's buffers ([`ReadBufs`]), or of a
+/// cached one ([`Loaded::view`]). Where the keyspace is larger than the cache, most
+/// intervals a commit changes are read, and a form of their own (an allocation of
+/// their size, a fingerprint per key) was made for each only to be dropped once the
+/// slice was applied.
+#[derive(Clone, Copy)]
 pub(crate) struct Read<'a> {
     bytes: &'a [u8],
     spans: &'a [Span],
 }
 
-impl Read<'_> {
+impl<'a> Read<'a> {
     pub(crate) fn len(&self) -> usize {
         self.spans.len()
     }
@@ -436,8 +437,13 @@ impl Read<'_> {
         self.spans.is_empty()
     }
 
-    pub(crate) fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &'a [u8] {
         self.bytes
+    }
+
+    /// The records' bytes.
+    pub(crate) fn size(&self) -> usize {
+        self.bytes.len()
     }
 
     /// Where record `i` starts and ends.
@@ -449,11 +455,11 @@ impl Read<'_> {
         (self.spans[i].start as usize, end)
     }
 
-    pub(crate) fn key(&self, i: usize) -> &[u8] {
+    pub(crate) fn key(&self, i: usize) -> &'a [u8] {
         span_key(self.bytes, self.spans[i])
     }
 
-    pub(crate) fn record(&self, i: usize) -> Record<'_> {
+    pub(crate) fn record(&self, i: usize) -> Record<'a> {
         let (start, end) = self.span(i);
         let s = self.spans[i];
         Record::decode_laid_out(
@@ -465,8 +471,7 @@ impl Read<'_> {
 
     /// The record with key `key`: a binary search over the keys.
     pub(crate) fn find(&self, key: &[u8]) -> Option<usize> {
-        let i = partition(self.len(), |i| keyorder::lt(self.key(i), key));
-        (i < self.len() && keyorder::eq(self.key(i), key)).then_some(i)
+        find_sorted(self.len(), |i| self.key(i), key)
     }
 }
 
@@ -697,7 +702,18 @@ impl Loaded {
         &self.bytes
     }
 
-    /// Where record `i` starts and ends within the interval.
+    /// Its records as bytes and spans ([`Read`]).
+    pub(crate) fn view(&self) -> Read<'_> {
+        Read {
+            bytes: &self.bytes,
+            spans: &self.spans,
+        }
+    }
+
+    /// Where record `i` starts and ends within the interval. This and
+    /// [`Loaded::record`] are [`Read::span`] and [`Read::record`] of [`Loaded::view`]
+    /// written out: readers and scans call them for every record, and a path through
+    /// the view was not measured there.
     pub(crate) fn span(&self, i: usize) -> (usize, usize) {
         let start = self.spans[i].start as usize;
         let end = self
@@ -807,6 +823,12 @@ impl Loaded {
     pub(crate) fn footprint(&self) -> usize {
         overhead(self.spans.len()) + self.bytes.len()
     }
+}
+
+/// Which of `n` keys in increasing order (`key_at`) is `key`: a binary search.
+fn find_sorted<'k>(n: usize, key_at: impl Fn(usize) -> &'k [u8], key: &[u8]) -> Option<usize> {
+    let i = partition(n, |i| keyorder::lt(key_at(i), key));
+    (i < n && keyorder::eq(key_at(i), key)).then_some(i)
 }
 
 /// How many of `0..n` are `below`, which holds for a prefix of them.
