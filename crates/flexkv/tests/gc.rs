@@ -127,7 +127,7 @@ fn overwrites_with_4k_values_end_under_1_5x_once_gc_has_run_and_disk_usage_falls
 /// to the space's.
 #[test]
 fn values_moved_by_gc_are_read_from_their_new_place_through_the_record_cache() {
-    // The keys read: few enough that the record cache (about 10 KiB here) holds
+    // The keys read: few enough that the record cache (about 6 KiB here) holds
     // them all. Read in turn, 40 thrashed it, and the hits the last pass asks for came
     // by luck (1 run in 40 failed, 9 in 40 once the index's slots grew by 16 bytes).
     const HOT: usize = 16;
@@ -140,8 +140,10 @@ fn values_moved_by_gc_are_read_from_their_new_place_through_the_record_cache() {
         .memtable_size(64 << 10)
         // Well under the keyspace: at 32 KiB, with a cache entry's bookkeeping counted
         // at what it takes since the index holds the cached intervals, the keyspace
-        // was reckoned to fit once GC had run, and the record cache got nothing.
-        .cache_bytes(24 << 10)
+        // was reckoned to fit once GC had run, and the record cache got nothing; at
+        // 24 KiB it needed less than twice the room, and the record cache got only
+        // part of its share, too little for the hot keys' records to go there.
+        .cache_bytes(16 << 10)
         .gc(manual_gc())
         .open()
         .unwrap();

@@ -1190,6 +1190,66 @@ fn leaf_start_merges(seed: u64) {
     );
 }
 
+/// The record cache's share grows with how far the keyspace outgrows its budget: none
+/// while it fits, a little just past it (the interval cache keeps nearly everything,
+/// which scans need), and the whole share once it is far past. The database is
+/// reopened with budgets shrinking by a tenth each time (an open fits the caches to
+/// the budget as a commit does).
+#[test]
+fn the_record_cache_takes_its_share_as_the_keyspace_outgrows_the_budget() {
+    const N: u32 = 20_000;
+    let vfs = FaultVfs::new(43);
+    let open = |budget: usize| {
+        Db::builder(DIR)
+            .vfs(vfs.shared())
+            .cache_bytes(budget)
+            .idle_commit(std::time::Duration::ZERO)
+            .open()
+            .unwrap()
+    };
+    let db = open(64 << 20);
+    for chunk in (0..N).collect::<Vec<_>>().chunks(2000) {
+        put_buffered(&db, chunk, 0);
+    }
+    db.flush().unwrap();
+    db.close().unwrap();
+    // (what the indexes leave, the record cache's part of it), budget by budget.
+    let mut seen = Vec::new();
+    let mut budget = 8usize << 20;
+    while budget >= 128 << 10 {
+        let db = open(budget);
+        let s = db.stats();
+        seen.push((
+            s.cache_capacity_bytes + s.record_cache_capacity_bytes,
+            s.record_cache_capacity_bytes,
+        ));
+        db.close().unwrap();
+        budget = budget / 10 * 9;
+    }
+    let share = |&(left, rows): &(u64, u64)| rows as f64 / left as f64;
+    assert_eq!(
+        seen[0].1, 0,
+        "the keyspace fits the largest budget: {seen:?}"
+    );
+    let (left, rows) = *seen.last().unwrap();
+    assert_eq!(rows, left / 2, "far past the smallest: {seen:?}");
+    assert!(
+        // (Up to a byte's rounding.)
+        seen.windows(2).all(|w| share(&w[1]) + 1e-5 >= share(&w[0])),
+        "the share shrank as the budget did: {seen:?}"
+    );
+    let first = seen.iter().find(|s| s.1 > 0).unwrap();
+    assert!(
+        share(first) < 0.2,
+        "just past the budget the record cache took {:.2} of it: {seen:?}",
+        share(first)
+    );
+    assert!(
+        seen.iter().any(|s| share(s) > 0.2 && share(s) < 0.45),
+        "no budget between: {seen:?}"
+    );
+}
+
 /// A keyspace larger than its budget gives half of what the indexes leave to the
 /// record cache, which then answers repeated point reads without the interval cache;
 /// a commit that overwrites or deletes a cached record, and a snapshot taken before

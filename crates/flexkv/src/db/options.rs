@@ -249,7 +249,9 @@ impl Builder {
     /// per interval, it holds several times as many of them as the interval cache
     /// would in the same memory. Scans use only the interval cache, so a keyspace read
     /// mostly by scans wants 0, and one read only by point reads 1. A keyspace that
-    /// fits gives the interval cache everything, whatever this says.
+    /// fits gives the interval cache everything, whatever this says; one that needs
+    /// less than twice the room gives the record cache only part of its share, in
+    /// proportion to what does not fit.
     pub fn record_cache_share(mut self, share: f64) -> Self {
         self.opts.record_cache_share = share;
         self

@@ -529,9 +529,15 @@ impl IntervalCache {
         intervals: usize,
         pairs: usize,
     ) -> bool {
+        Self::need(bytes, intervals, pairs) <= capacity as u64
+    }
+
+    /// The bytes a cache would need to hold a keyspace of `bytes` of records in
+    /// `intervals` intervals of at most `pairs` records each whole, reckoned as
+    /// [`IntervalCache::would_hold`] does.
+    pub(crate) fn need(bytes: u64, intervals: usize, pairs: usize) -> u64 {
         let per_interval = PER_ENTRY + 3 * 16 + super::interval::overhead(pairs);
-        let need = bytes.saturating_add((intervals as u64).saturating_mul(per_interval as u64));
-        need <= capacity as u64
+        bytes.saturating_add((intervals as u64).saturating_mul(per_interval as u64))
     }
 
     /// Whether an entry keyed `key` for an interval of `footprint` bytes fits beside

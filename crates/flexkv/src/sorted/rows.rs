@@ -10,8 +10,8 @@
 //! ycsb-c and ycsb-f.
 //!
 //! The cache takes a share of the keyspace's budget only while the keyspace does not
-//! fit (`Builder::record_cache_share`, applied by `SortedStore::fit_cache`); it is
-//! empty otherwise. Replacement is quick_cache's S3-FIFO, which keeps a key read once
+//! fit (`Builder::record_cache_share`, applied by `SortedStore::fit_cache`, growing to
+//! the whole share as the keyspace grows to twice the room); it is empty otherwise. Replacement is quick_cache's S3-FIFO, which keeps a key read once
 //! from pushing out one read often; and once the cache is full, a record goes in only
 //! on its key's second miss lately (TinyLFU's doorkeeper), since under uniform reads of
 //! a keyspace many times the cache each insertion only paid for an eviction (10M UDB

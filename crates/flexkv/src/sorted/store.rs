@@ -53,6 +53,20 @@ pub(crate) fn fragmented(extents: usize, records: usize) -> bool {
     extents > records.div_ceil(2).max(1)
 }
 
+/// How much of its share the record cache takes where a keyspace needs `need` bytes of
+/// interval cache and `left` are there: none while it fits, all of it once it needs
+/// twice the room, and in between in proportion to the shortfall. A keyspace just past
+/// the cache's size is nearly all in the interval cache, which serves scans as well as
+/// point reads; taking the whole share at once halved that cache the moment the
+/// keyspace grew past it. At 1M UDB pairs that happened in the middle of YCSB E (after
+/// A–D's inserts): half the cached intervals went, and E's scans ran at about half
+/// the speed they had on the same data before (docs/benchmarks.md, sixty-eighth
+/// session).
+pub(crate) fn record_ramp(need: u64, left: usize) -> f64 {
+    let left = left.max(1) as f64;
+    (need as f64 / left - 1.0).clamp(0.0, 1.0)
+}
+
 /// The extent tag that marks an interval's first record.
 pub(crate) const HEAD: u8 = 1;
 
@@ -315,7 +329,8 @@ impl SortedStore {
     /// Gives the caches what the budget leaves beside the sparse index and the FlexTree
     /// (at least 1/[`CACHE_FLOOR`] of it), evicting what no longer fits: all of it to
     /// the interval cache where the whole keyspace would fit in that, and otherwise
-    /// [`StoreOptions::record_share`] of it to the record cache (`rows.rs` says why). Like
+    /// up to [`StoreOptions::record_share`] of it to the record cache (`rows.rs` says
+    /// why), the whole share once the keyspace needs twice the room ([`record_ramp`]). Like
     /// WiredTiger's cache, and unlike RocksDB's block cache (whose index and filter
     /// blocks live outside it by default), the budget bounds the memory reads use: at
     /// 10M UDB pairs the indexes take about half of 256 MiB. The committer calls this
@@ -328,13 +343,8 @@ impl SortedStore {
         let left = usize::try_from(left)
             .unwrap_or(usize::MAX)
             .max(self.budget / CACHE_FLOOR);
-        let fits =
-            IntervalCache::would_hold_in(left, st.space.len(), st.index.len(), self.split_pairs);
-        let rows = if fits {
-            0
-        } else {
-            (left as f64 * self.record_share) as usize
-        };
+        let need = IntervalCache::need(st.space.len(), st.index.len(), self.split_pairs);
+        let rows = (left as f64 * self.record_share * record_ramp(need, left)) as usize;
         // Shrinking one before growing the other keeps the two within the budget.
         if rows > 0 {
             self.cache.set_capacity(&st.index, left - rows);
