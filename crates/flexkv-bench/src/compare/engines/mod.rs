@@ -134,8 +134,8 @@ impl EngineKind {
         match self {
             EngineKind::Flexkv => format!(
                 "Buffered batches (WAL, group commit, no fsync per write), Db::sync at phase end; \
-                 interval cache, record cache (half the caches' share once the keyspace \
-                 outgrows the interval cache) and in-memory indexes {cache} MiB together, \
+                 interval cache, record cache (up to half the caches' share once the \
+                 keyspace outgrows the interval cache) and in-memory indexes {cache} MiB together, \
                  memtable {wb} MiB; values of 4 KiB or more separated; GC on{}",
                 if config.flexkv_pace_writes {
                     "; writers paced by the commit"
