@@ -19,6 +19,7 @@ mod le;
 mod prefetch;
 pub mod sorted;
 pub mod space;
+mod spin;
 
 pub use db::{
     Builder, CheckReport, Db, Durability, GcOptions, GcReport, Iter, Keys, Keyspace, KeyspaceKind,

@@ -67,6 +67,12 @@ impl Visibility {
             self.advanced.notify_all();
         } else {
             s.early.insert(seq);
+            // The batches before this one are being put in by their writers: watch
+            // for them without the lock before sleeping (`spin.rs`).
+            let published = &self.published;
+            parking_lot::MutexGuard::unlocked(&mut s, || {
+                crate::spin::until(|| published.load(Ordering::Acquire) >= seq);
+            });
         }
         while s.visible < seq {
             self.advanced.wait(&mut s);

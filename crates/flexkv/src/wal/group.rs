@@ -13,8 +13,14 @@
 //! whose results it hands out, and, when leadership is freed, the oldest writer still
 //! queued. A woken writer re-checks its own condition (result ready, or leadership free
 //! and its request not yet taken), so no wake-up is lost and none is wasted on a herd.
+//!
+//! Before it sleeps, a writer watches for a change for a few microseconds without the
+//! lock (`spin.rs`): every change bumps a counter it can read without the lock, and a
+//! writer that sees it move re-checks under the lock. A leader writing a small group
+//! is done within that time, and a writer not yet asleep needs no wake-up.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -69,6 +75,9 @@ pub(crate) struct GroupCommit<R, O> {
     q: Mutex<Queue<R, O>>,
     /// Where [`GroupCommit::close`] waits for the active leader.
     idle: Condvar,
+    /// Bumped (under `q`'s lock) by every change a queued writer may be waiting for:
+    /// results handed out, leadership freed, the queue closed.
+    changes: AtomicU64,
 }
 
 impl<R, O> std::fmt::Debug for GroupCommit<R, O> {
@@ -90,7 +99,13 @@ impl<R, O> GroupCommit<R, O> {
                 sleepers: HashMap::new(),
             }),
             idle: Condvar::new(),
+            changes: AtomicU64::new(0),
         }
+    }
+
+    /// Records a change queued writers may be waiting for (the caller holds the lock).
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::Release);
     }
 
     /// Queues `req` and waits until this writer either leads a group (which holds `req`)
@@ -103,8 +118,7 @@ impl<R, O> GroupCommit<R, O> {
         q.next_ticket += 1;
         let me = q.next_ticket;
         q.pending.push((me, req));
-        let cv = Arc::new(Condvar::new());
-        q.sleepers.insert(me, Arc::clone(&cv));
+        let mut cv: Option<Arc<Condvar>> = None;
         let role = loop {
             if let Some(out) = q.done.remove(&me) {
                 break Role::Done(out);
@@ -120,9 +134,27 @@ impl<R, O> GroupCommit<R, O> {
                     break Role::Lead(me, std::mem::take(&mut q.pending));
                 }
             }
-            cv.wait(&mut q);
+            match &cv {
+                Some(cv) => cv.wait(&mut q),
+                None => {
+                    // Watch for a change without the lock first; sleep only if none
+                    // comes soon (then registered, so the change wakes this writer).
+                    let seen = self.changes.load(Ordering::Acquire);
+                    let changes = &self.changes;
+                    let moved = parking_lot::MutexGuard::unlocked(&mut q, || {
+                        crate::spin::until(|| changes.load(Ordering::Acquire) != seen)
+                    });
+                    if !moved {
+                        let c = Arc::new(Condvar::new());
+                        q.sleepers.insert(me, Arc::clone(&c));
+                        cv = Some(c);
+                    }
+                }
+            }
         };
-        q.sleepers.remove(&me);
+        if cv.is_some() {
+            q.sleepers.remove(&me);
+        }
         role
     }
 
@@ -133,6 +165,7 @@ impl<R, O> GroupCommit<R, O> {
         q.hand_out(results);
         q.leading = false;
         q.wake_next_leader();
+        self.changed();
         self.idle.notify_all();
     }
 
@@ -145,6 +178,7 @@ impl<R, O> GroupCommit<R, O> {
     ) -> Option<Vec<(u64, R)>> {
         let mut q = self.q.lock();
         q.hand_out(results);
+        self.changed();
         if q.pending.is_empty() || q.closed {
             q.leading = false;
             q.wake_next_leader();
@@ -170,6 +204,7 @@ impl<R, O> GroupCommit<R, O> {
         }
         q.leading = true;
         q.closed = true;
+        self.changed();
         for cv in q.sleepers.values() {
             cv.notify_one();
         }

@@ -1,0 +1,67 @@
+//! A short wait by spinning, before a writer sleeps on a condition variable.
+//!
+//! Writers that share a group commit wait twice per batch: a follower for the leader
+//! to write its group, and every writer for the batches before its own to be applied
+//! (visibility goes in sequence order). With small buffered batches both waits last a
+//! few microseconds, while going to sleep on a condition variable and being woken
+//! costs two system calls and two context switches, more than the wait itself: with
+//! two threads writing single-pair batches, a third of their time went to `futex`
+//! (docs/benchmarks.md, sixty-eighth session). So a waiter first watches the state it
+//! waits on for up to [`SPIN`], asking the processor to pause between looks, and from
+//! [`YIELD_AFTER`] looks on giving its core to any other thread that is ready to run
+//! (a leader or the committer, where there are more threads than cores); only then
+//! does it sleep.
+
+use std::time::{Duration, Instant};
+
+/// How long a waiter watches before it sleeps.
+pub(crate) const SPIN: Duration = Duration::from_micros(5);
+
+/// Looks after which a waiter yields its core between looks instead of pausing.
+const YIELD_AFTER: u32 = 64;
+
+/// Watches `done` until it says so (`true`) or [`SPIN`] has passed (`false`).
+pub(crate) fn until(mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    let mut looks = 0u32;
+    loop {
+        if done() {
+            return true;
+        }
+        looks += 1;
+        if looks < YIELD_AFTER {
+            std::hint::spin_loop();
+            continue;
+        }
+        if start.elapsed() >= SPIN {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_condition_that_holds_ends_the_wait_at_once_and_one_that_never_does_after_the_spin() {
+        assert!(until(|| true));
+        let start = Instant::now();
+        assert!(!until(|| false));
+        assert!(start.elapsed() >= SPIN);
+    }
+
+    #[test]
+    fn a_condition_another_thread_makes_true_is_seen() {
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = Arc::clone(&flag);
+        let setter = std::thread::spawn(move || f.store(true, Ordering::Release));
+        // The setter may not run within one spin on a busy machine: try until it has.
+        while !until(|| flag.load(Ordering::Acquire)) {}
+        setter.join().unwrap();
+        assert!(flag.load(Ordering::Acquire));
+    }
+}
