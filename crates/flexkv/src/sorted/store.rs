@@ -59,8 +59,8 @@ pub(crate) fn fragmented(extents: usize, records: usize) -> bool {
 /// the cache's size is nearly all in the interval cache, which serves scans as well as
 /// point reads; taking the whole share at once halved that cache the moment the
 /// keyspace grew past it. At 1M UDB pairs that happened in the middle of YCSB E (after
-/// A–D's inserts): half the cached intervals went, and E's scans ran at about half
-/// the speed they had on the same data before (docs/benchmarks.md, sixty-eighth
+/// A–D's inserts): half the cached intervals went, and E's scans ran at 0.42 of the
+/// speed they have with the share taken this way (docs/benchmarks.md, sixty-eighth
 /// session).
 pub(crate) fn record_ramp(need: u64, left: usize) -> f64 {
     let left = left.max(1) as f64;
