@@ -160,6 +160,27 @@ mod tests {
         assert_eq!(vis.visible(), 12);
     }
 
+    /// A writer whose predecessor is applied long after the watch before sleeping
+    /// (`spin.rs`) sleeps and is woken; one applied at once is seen while watching.
+    #[test]
+    fn a_writer_waits_for_its_predecessor_whether_it_comes_late_or_soon() {
+        for late in [true, false] {
+            let vis = Arc::new(Visibility::new(0));
+            let v = Arc::clone(&vis);
+            let waiter = std::thread::spawn(move || v.applied_and_wait(2));
+            while vis.state.lock().early.is_empty() {
+                std::thread::yield_now();
+            }
+            if late {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                assert_eq!(vis.visible(), 0, "2 waits for 1");
+            }
+            vis.applied_and_wait(1);
+            waiter.join().unwrap();
+            assert_eq!(vis.visible(), 2);
+        }
+    }
+
     #[test]
     fn oldest_snapshot_is_the_watermark() {
         let vis = Visibility::new(5);

@@ -288,6 +288,44 @@ mod tests {
         assert!(matches!(gc.join(3), Role::Closed));
     }
 
+    /// A follower whose leader takes far longer than the watch before it sleeps
+    /// (`spin.rs`) goes to sleep registered, and the leader's hand-out wakes it; the
+    /// next writer, alone, leads at once and leaves no sleeper behind.
+    #[test]
+    fn a_follower_behind_a_slow_leader_sleeps_and_is_woken() {
+        let gc: Arc<GroupCommit<u8, u8>> = Arc::new(GroupCommit::new());
+        let Role::Lead(_, first) = gc.join(1) else {
+            panic!("the first writer leads")
+        };
+        let g = Arc::clone(&gc);
+        let follower = std::thread::spawn(move || match g.join(2) {
+            Role::Lead(me, group) => {
+                g.finish(Vec::new());
+                (Some(me), group.len(), 0)
+            }
+            Role::Done(out) => (None, 0, out),
+            Role::Closed => panic!("not closed"),
+        });
+        // Long past the watch: the follower is asleep, registered.
+        while gc.q.lock().sleepers.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(first.len(), 1);
+        // Lead the follower's request too (it queued behind this leader).
+        let more = gc
+            .finish_or_continue(Vec::new())
+            .expect("the follower queued");
+        assert_eq!(more.len(), 1);
+        gc.finish(more.into_iter().map(|(t, r)| (t, r * 10)));
+        assert_eq!(follower.join().unwrap(), (None, 0, 20));
+        assert!(gc.q.lock().sleepers.is_empty());
+        assert!(matches!(gc.join(3), Role::Lead(_, g) if g.len() == 1));
+        assert!(
+            gc.q.lock().sleepers.is_empty(),
+            "a lone leader never sleeps"
+        );
+    }
+
     #[test]
     fn a_closed_queue_refuses_requests() {
         let gc: GroupCommit<u8, u8> = GroupCommit::new();
