@@ -85,10 +85,6 @@ pub struct Stats {
     /// interval not cached, and read a view of the keyspace instead of waiting (see the
     /// design's "Views"); not counted in `cache_misses`.
     pub view_reads: u64,
-    /// Scans (iterator refills) that met a write section of the committer, with their
-    /// intervals not all cached, and read a view of the keyspace instead of waiting
-    /// (see the design's "Views").
-    pub view_scans: u64,
     /// Views of a keyspace the committer made for those reads (one at a time, at most
     /// one per commit unless the value log's GC retires it).
     pub views_made: u64,
@@ -241,7 +237,6 @@ impl Inner {
             spot_reads: sum(&|s| get(&s.counters.spot_reads)),
             hint_reads: sum(&|s| get(&s.counters.hint_reads)),
             view_reads: sum(&|s| get(&s.counters.view_reads)),
-            view_scans: sum(&|s| get(&s.counters.view_scans)),
             views_made: sum(&|s| get(&s.counters.views_made)),
             interval_splits: sum(&|s| get(&s.counters.splits)),
             interval_merges: sum(&|s| get(&s.counters.merges)),

@@ -106,8 +106,6 @@ pub(crate) struct StoreCounters {
     pub(crate) hint_reads: AtomicU64,
     /// Point reads answered from a view while the committer held the lock.
     pub(crate) view_reads: AtomicU64,
-    /// Scans answered from a view while the committer held the lock.
-    pub(crate) view_scans: AtomicU64,
     /// Views made for those reads.
     pub(crate) views_made: AtomicU64,
     pub(crate) splits: AtomicU64,
@@ -584,68 +582,7 @@ impl SortedStore {
                 .fetch_add(scan.1.len() as u64, Ordering::Relaxed);
             return Ok(scan);
         }
-        if let Some(scan) = self.scan_in_view(from, forward, min.max(ahead)) {
-            return Ok(scan);
-        }
         self.scan_holding(&self.state.read(), from, forward, min, ahead, hint)
-    }
-
-    /// [`SortedStore::scan`] while a write section runs, from the published view, as
-    /// a point read takes it (`view.rs` says why the view and the memtables together
-    /// read right): the view's index finds the intervals, each one its slot's form or
-    /// else read from the view's space (and not cached), until there are `want`
-    /// records. A scan that waited for the lock instead waited out write sections of
-    /// about a millisecond in a 1M keyspace, which took an eighth of YCSB E's time there
-    /// (docs/benchmarks.md, sixty-ninth session).
-    ///
-    /// The records stand only for the section the scan met: they come with its epoch
-    /// (odd while a section runs), and `None` if the section ended before the scan
-    /// did. A caller drops them once the epoch moves on (an iterator checks it at every
-    /// step), so it never holds them past the commit whose memtable it found beside
-    /// them (that memtable leaves the list only after the commit's last section). The
-    /// epoch never matches one a scan under the lock sees, so they are never taken as
-    /// a hint there; an interval among them that is still its interval's cache entry
-    /// ([`Live`](super::interval::Live)) is one, as any other. `None` too if no
-    /// view is published (the call asks for one) or an interval does not read sound
-    /// in the view's space (the lock's scan then reports what is wrong).
-    fn scan_in_view(&self, from: Bound<&[u8]>, forward: bool, want: usize) -> Option<Scan> {
-        let epoch = self.epoch.now();
-        if epoch.is_multiple_of(2) {
-            return None;
-        }
-        let view = self.views.get()?;
-        let start = match from {
-            Bound::Unbounded => None,
-            Bound::Included(k) | Bound::Excluded(k) => Some(k),
-        };
-        let (mut out, mut found, mut bound) = (Vec::new(), 0, from);
-        let (mut hits, mut sound) = (0, true);
-        view.index
-            .walk_intervals(start, forward, SLOTS_AHEAD, |key, offset, size, slot| {
-                let loaded = match slot.get() {
-                    Some(l) => {
-                        hits += 1;
-                        l
-                    }
-                    None => {
-                        match read_interval_in_view(&view, key, offset, size, slot.shortcut()) {
-                            Some(l) => Arc::new(l),
-                            None => {
-                                sound = false;
-                                return false;
-                            }
-                        }
-                    }
-                };
-                found += push_run(&mut out, loaded, &mut bound, forward);
-                found < want
-            });
-        if !sound || self.epoch.now() != epoch {
-            return None;
-        }
-        self.counters.cache_hits.fetch_add(hits, Ordering::Relaxed);
-        self.counters.view_scans.fetch_add(1, Ordering::Relaxed);
-        Some((epoch, out))
     }
 
     /// [`SortedStore::scan`] forward from the caller's `hint` by the intervals' links
@@ -1376,24 +1313,6 @@ fn read_in_view(
     })
 }
 
-/// The interval keyed `key` at `offset` (`size` bytes, `shortcut` its slot's) in
-/// `view`, read from its space and parsed (each record's checksum verified); `None` if
-/// it does not read sound.
-fn read_interval_in_view(
-    view: &View,
-    key: &[u8],
-    offset: u64,
-    size: u64,
-    shortcut: Option<Shortcut>,
-) -> Option<Loaded> {
-    let mut bytes = vec![0; usize::try_from(size).ok()?];
-    view.space
-        .read_while(offset, &mut bytes, shortcut, |_| true)
-        .ok()?;
-    let l = Loaded::parse(bytes).ok()?;
-    (l.is_empty() || l.key(0) >= key).then_some(l)
-}
-
 /// The version of `key` in `loaded`, if it has one.
 fn find_version(loaded: &Loaded, key: &[u8]) -> Option<Version> {
     loaded
@@ -1657,77 +1576,6 @@ mod tests {
                 "the reads waited for the write lock"
             );
         });
-        store.views.retire();
-    }
-
-    /// While a write section runs, a scan (and an iterator) reads the published view
-    /// and does not wait for the lock: the intervals the view's slots hold, and one
-    /// neither they nor the cache hold from the view's space. Its records come with
-    /// the section's (odd) epoch, which has moved on once the section ends, so an
-    /// iterator holds them no longer.
-    #[test]
-    fn a_scan_beside_a_write_section_reads_the_view_and_does_not_wait_for_the_lock() {
-        use std::ops::Bound;
-        let (_dir, db) = committed(0..5_000);
-        let ks = db.default_keyspace();
-        let store = db.store_of(&ks);
-        let from = key(1_234);
-        let missing = {
-            let st = store.state.read();
-            assert!(store.fits(&st), "the keyspace is past the cache");
-            // The interval after the one holding `from`: the scan reads into it.
-            let next = st.index.next(&st.index.find(&from).key).unwrap().key;
-            store.cache.remove(&st.index, &next);
-            next
-        };
-        assert!(store.cache.covering(&missing).is_none(), "still cached");
-        assert!(store.views.get().is_none());
-        assert!(store.views.offer(&store.state.read()));
-        let want: Vec<Vec<u8>> = (1_234..1_284).map(key).collect();
-        assert!(
-            want.last().unwrap() > &missing,
-            "the scan stops short of it"
-        );
-        let released = std::sync::atomic::AtomicBool::new(false);
-        let held = std::sync::Barrier::new(2);
-        let scans = || store.counters.view_scans.load(Ordering::Relaxed);
-        let epoch = std::thread::scope(|s| {
-            s.spawn(|| {
-                let _w = store.state.write();
-                let _section = store.epoch.section();
-                held.wait();
-                std::thread::sleep(std::time::Duration::from_millis(300));
-                released.store(true, Ordering::SeqCst);
-            });
-            held.wait();
-            let before = scans();
-            let (epoch, runs) = store
-                .scan(Bound::Included(&from), true, 50, 50, None)
-                .unwrap();
-            assert_eq!(scans(), before + 1, "the scan did not read the view");
-            assert_eq!(epoch % 2, 1, "not the section's epoch");
-            let keys: Vec<Vec<u8>> = runs
-                .iter()
-                .flat_map(|r| r.range.clone().map(|i| r.interval.key(i).to_vec()))
-                .take(50)
-                .collect();
-            assert_eq!(keys, want);
-            let pairs: Vec<(Vec<u8>, Vec<u8>)> = db
-                .range(from.clone()..)
-                .expecting(50)
-                .take(50)
-                .collect::<crate::Result<_>>()
-                .unwrap();
-            let keys: Vec<Vec<u8>> = pairs.iter().map(|(k, _)| k.clone()).collect();
-            assert_eq!(keys, want);
-            assert_eq!(pairs[10].1, 1_244u32.to_le_bytes());
-            assert!(
-                !released.load(Ordering::SeqCst),
-                "the scans waited for the write lock"
-            );
-            epoch
-        });
-        assert_ne!(store.epoch.now(), epoch, "the records outlive the section");
         store.views.retire();
     }
 
