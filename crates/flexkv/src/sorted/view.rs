@@ -40,9 +40,10 @@
 //! view's space does, or (where the keyspace fits the cache) the form the committer
 //! cached since in its place ([`Views::replace`]), which differs from that only in keys
 //! of the memtable being committed. Reads from a view do not fill the interval cache, whose slots
-//! are the index's; so where the keyspace fits the cache, a read that finds its
-//! interval neither in the view's slot nor in the cache waits for the lock and caches
-//! it, and the reads after it hit there, rather than reading the view's space.
+//! are the index's; where the keyspace fits the cache, a read that finds its interval
+//! neither in the view's slot nor in the cache reads the view's space all the same
+//! (waiting for the lock cost more: see `SortedStore::get`), and the next read of it
+//! under the lock caches it.
 //!
 //! What it costs. Making a view copies the sparse index and the FlexTree (at 10M UDB
 //! pairs the two take about half of a 256 MiB budget; a copy took 30–162 ms), under
