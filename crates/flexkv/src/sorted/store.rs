@@ -1448,15 +1448,21 @@ mod tests {
     /// A database of 20,000 pairs of 100-byte values (about 2.5 MB) committed, far past
     /// its 64 KiB budget: the record cache is on.
     fn past_the_cache() -> (tempfile::TempDir, Db, crate::Keyspace) {
+        hundred_byte_values(64 << 10, 20_000)
+    }
+
+    /// A database with a cache of `cache_bytes` whose default keyspace holds `n` pairs
+    /// of 100-byte values, committed.
+    fn hundred_byte_values(cache_bytes: usize, n: u32) -> (tempfile::TempDir, Db, crate::Keyspace) {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::builder(dir.path())
-            .cache_bytes(64 << 10)
+            .cache_bytes(cache_bytes)
             .open()
             .unwrap();
         let ks = db.default_keyspace();
         let mut b = WriteBatch::new();
         b.durability(Durability::Buffered);
-        for i in 0..20_000u32 {
+        for i in 0..n {
             b.put(&ks, &key(i), &[b'a'; 100]).unwrap();
         }
         db.write(b).unwrap();
@@ -1512,16 +1518,7 @@ mod tests {
     /// finds it by the cache's floor search.
     #[test]
     fn a_read_beside_the_committer_of_a_keyspace_that_fits_does_not_wait_for_the_lock() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path()).unwrap();
-        let ks = db.default_keyspace();
-        let mut b = WriteBatch::new();
-        b.durability(Durability::Buffered);
-        for i in 0..5_000u32 {
-            b.put(&ks, &key(i), &[b'a'; 100]).unwrap();
-        }
-        db.write(b).unwrap();
-        db.flush().unwrap();
+        let (_dir, db, ks) = hundred_byte_values(64 << 20, 5_000);
         let store = db.store_of(&ks);
         let (missing, cached) = (key(1_234), key(4_321));
         {
