@@ -372,11 +372,15 @@ impl IntervalCache {
     /// Returns whether the walk ended at the keyspace's first or last interval rather
     /// than at a gap, at an interval not cached, or because `take` stopped it.
     ///
-    /// Needs no lock, and sees one consistent state only if the committer changed
-    /// nothing meanwhile: the caller checks that with the store's epoch. Entries are
-    /// adjacent when one's end is the next one's key; a conservative end (below the
-    /// true one) never equals a cached key (every entry's key starts an interval), so
-    /// it shows as a gap.
+    /// Needs no lock, even while the committer edits: entries are adjacent when one's
+    /// end is the next one's key, so the intervals walked cover their range once, each
+    /// holding its records as they are or as they were before a change whose versions
+    /// the memtables still hold (the [module documentation](self)), whichever of its
+    /// forms the walk met. The caller checks with the store's epoch that no write
+    /// section began or ended meanwhile (the memtable being committed leaves the list
+    /// only after the commit's last section). A conservative end (below the true one)
+    /// never equals a cached key (every entry's key starts an interval), so it shows as
+    /// a gap.
     pub(crate) fn walk(
         &self,
         from: Bound<&[u8]>,
