@@ -286,7 +286,7 @@ impl Builder {
         self
     }
 
-    /// Entries per sparse-index node (default 64; at least 4). For tests: small nodes
+    /// Entries per sparse-index node (default 128; at least 4). For tests: small nodes
     /// make a modest keyspace's index several levels deep, so its node splits, merges
     /// and pivots are exercised (hidden).
     #[doc(hidden)]
