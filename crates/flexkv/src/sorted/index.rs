@@ -28,10 +28,10 @@ type NodeId = usize;
 
 /// Entries per leaf and children per internal node before a split. At 10M pairs (857K
 /// intervals) 128 rather than 64 takes a level off the tree, whose lower levels miss
-/// the processor's caches at every descent: the committer descends for every interval
-/// it changes, and a 10M random load ran 1.09 times as fast (paired, five rounds; UDB
-/// YCSB's 1.08), while the later entries a resize shifts in a leaf, twice as many, stay
-/// in the lines the descent brought in (docs/benchmarks.md, seventieth session).
+/// the processor's caches at every descent, and the committer descends for every
+/// interval it changes: a 10M random load ran 1.09 times as fast (paired, five of
+/// five rounds) and 10M UDB YCSB's load 1.07 (six of six), while YCSB A after it ran
+/// 0.92 (three of four behind; docs/benchmarks.md, seventieth session).
 pub(crate) const FANOUT: usize = 128;
 
 /// The shortest prefix of `next` that sorts above `prev`, which sorts below `next`:

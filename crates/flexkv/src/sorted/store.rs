@@ -233,17 +233,12 @@ impl Epoch {
 
     /// Runs `read` (which reads without the lock) and returns what it found with the
     /// epoch it was found at, or `None` if a write section was running or began
-    /// meanwhile (or `read` found nothing).
+    /// meanwhile (or `read` found nothing): [`Epoch::unmoved`] at an even epoch.
     pub(crate) fn stable<R>(&self, read: impl FnOnce() -> Option<R>) -> Option<(u64, R)> {
-        let e = self.now();
-        if e % 2 == 1 {
-            return None;
-        }
-        let r = read()?;
-        // Pairs with the fence in `section`: if `read` saw any of a section's edits,
-        // the load below sees its odd epoch.
-        std::sync::atomic::fence(Ordering::Acquire);
-        (self.0.load(Ordering::Relaxed) == e).then_some((e, r))
+        // A section that starts or ends after the first look moves the epoch, which
+        // `unmoved` sees.
+        let (e, r) = self.unmoved(|| self.now().is_multiple_of(2).then(read).flatten())?;
+        Some((e, r?))
     }
 
     /// Runs `read` (which reads without the lock) and returns what it found with the
@@ -255,6 +250,8 @@ impl Epoch {
     pub(crate) fn unmoved<R>(&self, read: impl FnOnce() -> R) -> Option<(u64, R)> {
         let e = self.now();
         let r = read();
+        // Pairs with the fence in `section`: if `read` saw any of a section's edits,
+        // the load below sees the epoch that section moved.
         std::sync::atomic::fence(Ordering::Acquire);
         (self.0.load(Ordering::Relaxed) == e).then_some((e, r))
     }
@@ -591,7 +588,8 @@ impl SortedStore {
         // epoch tells the iterator so. A walk that a section's start or end overtook
         // goes again; one that finds the interval it starts in missing waits for the
         // lock. (Until the seventieth session a walk that met a section waited for the
-        // lock: 481 ms of 1M YCSB E, docs/benchmarks.md.)
+        // lock: 481 ms of 1M YCSB E in the sixty-ninth session's count,
+        // docs/benchmarks.md.)
         let walk = || {
             let min = min.max(ahead);
             let (mut out, mut found) = (Vec::new(), 0);
