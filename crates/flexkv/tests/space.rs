@@ -1374,6 +1374,48 @@ fn a_sync_in_three_steps_is_a_sync() {
     assert!(matches!(s.sync(), Err(Error::Poisoned)));
 }
 
+/// A sync in three steps whose log is past its limit checkpoints the tree in the
+/// middle step, with shared access (readers go on beside it): the tree file holds the
+/// checkpoint before the last step, which only marks the tree's changes as written;
+/// no change gets in between; and the changes after it reach the next checkpoint,
+/// so a crash after either keeps what was synced.
+#[test]
+fn a_sync_in_three_steps_checkpoints_in_its_middle_step() {
+    let vfs = FaultVfs::new(37);
+    let tree_path = Path::new(DIR).join("flexspace.tree");
+    let mut s = open(&vfs, opts());
+    let mut m = Vec::new();
+    for round in 0..3u8 {
+        // Entries past the log's 24 KiB (counted at 40 bytes each).
+        for d in 2..5 {
+            insert_blocks(&mut s, &mut m, 250, 200, d + round as usize);
+        }
+        let checkpoints = s.stats().checkpoints;
+        s.sync_begin().unwrap();
+        assert!(
+            matches!(s.insert(0, b"x"), Err(Error::Poisoned)),
+            "a change between the steps"
+        );
+        let tree_before = vfs.contents(&tree_path).unwrap();
+        let shared: &FlexSpace = &s;
+        shared.sync_data().unwrap();
+        assert!(content(shared) == m, "a read after the middle step");
+        assert!(
+            vfs.contents(&tree_path).unwrap() != tree_before,
+            "round {round}: the middle step wrote the checkpoint"
+        );
+        s.sync_finish(Ok(())).unwrap();
+        assert_eq!(s.stats().checkpoints, checkpoints + 1, "round {round}");
+    }
+    vfs.fail_from(1);
+    drop(s);
+    vfs.clear_faults();
+    vfs.crash(CrashMode::DropUnsynced);
+    let back = open(&vfs, opts());
+    back.check().unwrap();
+    assert!(content(&back) == m, "the synced content after a crash");
+}
+
 /// A GC pass in steps (`gc_plan`, `gc_apply` a few pieces at a time, a sync in three
 /// steps, `gc_finish`) frees segments as one pass does, reads between the steps see
 /// the space's content, a plan the space changed under is refused, and a crash in the

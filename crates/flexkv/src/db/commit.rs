@@ -350,7 +350,7 @@ impl Inner {
             if wanted {
                 store.rewrite_wanted(&self.holds, stop)?;
             } else {
-                store.sync_rewrites()?;
+                store.sync_rewrites(&self.holds)?;
             }
         }
         Ok(())
@@ -455,7 +455,7 @@ impl Inner {
         self.pace.all_applied(Instant::now());
         self.vlog.sync()?; // history records written during the commit
         for store in &touched {
-            store.sync()?;
+            store.sync(&self.holds)?;
         }
         self.write_manifest_counts(Some(last_seq))?;
         // Tombstones no snapshot needs any more go now (made durable by a later sync;

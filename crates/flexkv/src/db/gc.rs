@@ -238,7 +238,7 @@ impl Inner {
                         self.vlog.hold(new, key.len(), Some(Holder::Memory), None);
                     }
                 }
-                store.sync()?;
+                store.sync(&self.holds)?;
             }
             self.write_manifest_counts(None)?;
         }

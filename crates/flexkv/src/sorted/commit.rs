@@ -360,7 +360,7 @@ impl SortedStore {
             st = RwLockWriteGuard::downgrade_to_upgradable(w);
             r?;
         }
-        let mut w = sync_space(st)?;
+        let mut w = RwLockUpgradableReadGuard::upgrade(sync_space(st, holds)?);
         w.space.gc_finish(&plan);
         Ok(RwLockWriteGuard::downgrade_to_upgradable(w))
     }
@@ -543,7 +543,7 @@ impl SortedStore {
             self.fit_cache(&self.state.read());
         }
         if self.rewrites_unsynced.fetch_add(done, Ordering::Relaxed) + done >= REWRITE_SYNC {
-            self.sync_rewrites()?;
+            self.sync_rewrites(holds)?;
         }
         Ok(done)
     }
@@ -552,9 +552,9 @@ impl SortedStore {
     /// (unsynced, a crash only leaves them where they were; but the segments they
     /// free are reused only once a sync has made that durable). The sync may move
     /// extents out of emptied segments, so the cache is refitted after it.
-    pub(crate) fn sync_rewrites(&self) -> Result<()> {
+    pub(crate) fn sync_rewrites(&self, holds: &LockHolds) -> Result<()> {
         if self.rewrites_unsynced.load(Ordering::Relaxed) > 0 {
-            self.sync()?;
+            self.sync(holds)?;
             self.fit_cache(&self.state.read());
         }
         Ok(())

@@ -478,9 +478,12 @@ pub struct FlexSpace {
     /// that become free are held ([`segments::State::Held`]), as a view may read them.
     view_pins: Arc<()>,
     log_file: Arc<dyn VfsFile>,
-    treefile: TreeFile,
+    /// The log and the tree file, which only the space's writer touches, in a mutex
+    /// that is never contended, so that a sync's middle step
+    /// ([`sync_data`](FlexSpace::sync_data)) writes them with shared access, beside
+    /// readers of the tree.
+    meta: parking_lot::Mutex<Meta>,
     tree: FlexTree,
-    log: LogWriter,
     segs: Segments,
     /// Checksums of the data file's blocks, and those not yet logged.
     table: CrcTable,
@@ -498,6 +501,15 @@ pub struct FlexSpace {
     /// the one that made it.
     opening: u64,
     _lock: FileLock,
+}
+
+/// What [`FlexSpace::meta`] holds.
+struct Meta {
+    log: LogWriter,
+    treefile: TreeFile,
+    /// Whether the sync under way wrote a checkpoint whose last step
+    /// ([`TreeFile::checkpointed`]) `sync_finish` takes, with exclusive access.
+    checkpointed: bool,
 }
 
 impl std::fmt::Debug for FlexSpace {
@@ -619,9 +631,12 @@ impl FlexSpace {
             view_pins: Arc::new(()),
             data,
             log_file,
-            treefile,
+            meta: parking_lot::Mutex::new(Meta {
+                log,
+                treefile,
+                checkpointed: false,
+            }),
             tree,
-            log,
             segs,
             table,
             sum_ops: Vec::new(),
@@ -1087,8 +1102,9 @@ impl FlexSpace {
         self.stats.segments = self.segs.count() as u64;
         self.stats.free_segments = self.segs.free_count() as u64;
         self.stats.extents = self.tree.extent_count();
-        self.stats.log_bytes_written = self.log.bytes_written;
-        self.stats.tree_bytes_written = self.treefile.bytes_written;
+        let meta = self.meta.get_mut();
+        self.stats.log_bytes_written = meta.log.bytes_written;
+        self.stats.tree_bytes_written = meta.treefile.bytes_written;
     }
 }
 

@@ -46,8 +46,10 @@ pub(crate) struct Segments {
     buf: Vec<u8>,
     /// How much of `buf` the file already has.
     flushed: usize,
-    /// Segments that became free since the last punch (their space can be returned).
-    to_punch: Vec<u64>,
+    /// Segments that became free since the last punch (their space can be returned),
+    /// in a mutex (never contended: only the space's writer takes it) so that the
+    /// punches may run with shared access, beside readers ([`Segments::punch_freed`]).
+    to_punch: parking_lot::Mutex<Vec<u64>>,
     /// How much of `buf` has its block checksums taken (the block holding this point is
     /// taken again next time, as it may have grown).
     summed: usize,
@@ -87,7 +89,7 @@ impl Segments {
             open: None,
             buf: Vec::new(),
             flushed: 0,
-            to_punch: Vec::new(),
+            to_punch: parking_lot::Mutex::new(Vec::new()),
             summed: 0,
             sums: Vec::new(),
             opened: vec![0; count],
@@ -312,7 +314,7 @@ impl Segments {
             if matches!(*s, State::Freeing | State::Held) {
                 *s = State::Free;
                 self.free += 1;
-                self.to_punch.push(seg as u64);
+                self.to_punch.get_mut().push(seg as u64);
             }
         }
         self.held = 0;
@@ -332,14 +334,27 @@ impl Segments {
         ))
     }
 
-    /// Returns the disk space of segments freed since the last call.
-    pub(crate) fn punch_freed(&mut self, file: &Arc<dyn VfsFile>) -> Result<()> {
-        for seg in std::mem::take(&mut self.to_punch) {
+    /// Returns the disk space of segments freed since the last call. A segment is
+    /// punched only while it is free: one punched after the writer had put new data in
+    /// it would lose that data, so the writer punches them (this, or a change, which
+    /// punches first: [`Segments::punch_pending`]) before it writes again. Readers may
+    /// run beside it, as they read no free segment (a [`Spot`](super::Spot) checks the
+    /// segment's state). On an error the segments not yet punched are kept for the
+    /// next call.
+    pub(crate) fn punch_freed(&self, file: &Arc<dyn VfsFile>) -> Result<()> {
+        let mut to_punch = self.to_punch.lock();
+        while let Some(&seg) = to_punch.last() {
             if self.state[seg as usize] == State::Free {
                 file.punch_hole(seg * self.size, self.size)?;
             }
+            to_punch.pop();
         }
         Ok(())
+    }
+
+    /// Whether segments freed wait for [`Segments::punch_freed`].
+    pub(crate) fn punch_pending(&mut self) -> bool {
+        !self.to_punch.get_mut().is_empty()
     }
 
     /// Live bytes in all, and bytes the data file's segments occupy.

@@ -373,8 +373,18 @@ impl TreeFile {
     /// header, sync) into pages the last durable checkpoint does not use, and marks both
     /// clean. Returns the new sequence number.
     pub(crate) fn checkpoint(&mut self, tree: &mut FlexTree, table: &mut CrcTable) -> Result<u64> {
+        let seq = self.write_checkpoint(tree, table)?;
+        TreeFile::checkpointed(tree, table);
+        Ok(seq)
+    }
+
+    /// [`checkpoint`](Self::checkpoint) but for its last step: every write and sync,
+    /// which need only shared access to the tree and the table, so that readers of
+    /// them go on meanwhile. [`TreeFile::checkpointed`] must follow before either
+    /// changes, or the next checkpoint would write the nodes again (harmless) and, if
+    /// one changed in between, would miss that change.
+    pub(crate) fn write_checkpoint(&mut self, tree: &FlexTree, table: &CrcTable) -> Result<u64> {
         let seq = self.seq + 1;
-        tree.take_freed();
         let durable = std::mem::take(&mut self.durable);
         match self.write_pages(seq, tree, table, &durable) {
             Ok((page_of, chunk_page, directory, pages)) => {
@@ -384,8 +394,6 @@ impl TreeFile {
                 self.chunk_page = chunk_page;
                 self.pages = pages;
                 self.seq = seq;
-                tree.clear_dirty();
-                table.clear_dirty();
                 Ok(seq)
             }
             Err(e) => {
@@ -393,6 +401,14 @@ impl TreeFile {
                 Err(e)
             }
         }
+    }
+
+    /// The last step of a checkpoint [`write_checkpoint`](Self::write_checkpoint)
+    /// wrote: the tree's and the table's changes are all in it now.
+    pub(crate) fn checkpointed(tree: &mut FlexTree, table: &mut CrcTable) {
+        tree.take_freed();
+        tree.clear_dirty();
+        table.clear_dirty();
     }
 
     /// Writes every page a checkpoint changes (dirty nodes and the nodes above them,

@@ -8,6 +8,7 @@
 
 use super::log::LogOp;
 use super::segments::State;
+use super::treefile::TreeFile;
 use super::{apply, BlockReader, FlexSpace};
 use crate::flextree::MAX_LEN;
 use crate::{Error, Result};
@@ -61,8 +62,12 @@ impl FlexSpace {
     /// half-done operation, which must never reach the disk), or if it panics.
     fn guarded<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         self.writable()?;
+        // Segments a sync freed are punched before anything may write to them again.
+        if self.segs.punch_pending() {
+            self.punch_now()?;
+        }
         self.changes += 1;
-        let recorded = self.log.pending();
+        let recorded = self.meta.get_mut().log.pending();
         // Poisoned while `f` runs, so a panic leaves the space poisoned, and a poisoned
         // space writes nothing more, not even when dropped. (Nothing `f` calls looks at
         // the flag.)
@@ -72,7 +77,7 @@ impl FlexSpace {
             Ok(_) => false,
             Err(e) => {
                 matches!(e, Error::Io { .. } | Error::Corruption { .. })
-                    || self.log.pending() != recorded
+                    || self.meta.get_mut().log.pending() != recorded
             }
         };
         self.refresh_stats();
@@ -106,7 +111,7 @@ impl FlexSpace {
             }
             _ => {}
         }
-        self.log.push(op);
+        self.meta.get_mut().log.push(op);
         Ok(())
     }
 
@@ -372,48 +377,86 @@ impl FlexSpace {
     pub fn sync(&mut self) -> Result<()> {
         self.sync_begin()?;
         let synced = self.sync_data();
-        self.sync_finish(synced)
+        self.sync_finish(synced)?;
+        self.punch_now()
+    }
+
+    /// [`punch_freed`](Self::punch_freed) with exclusive access: an error poisons the
+    /// space, as one inside a change does.
+    fn punch_now(&mut self) -> Result<()> {
+        let r = self.segs.punch_freed(&self.data);
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
+    /// Returns the disk space of the segments the last sync freed (`fallocate`'s hole
+    /// punching, about a millisecond a segment of the mapped data file), with shared
+    /// access: a caller that lets readers in after [`sync_finish`](Self::sync_finish)
+    /// calls it then. Otherwise the next change does it first, or the next sync.
+    pub fn punch_freed(&self) -> Result<()> {
+        self.segs.punch_freed(&self.data)
     }
 
     /// [`sync`](Self::sync) in three steps, for a caller that lets readers in while
-    /// the data file syncs (the slow part): this one writes the buffered data and
-    /// queues the checksums for the log; [`sync_data`](Self::sync_data) needs no
-    /// exclusive access; [`sync_finish`](Self::sync_finish) takes its result. The
-    /// space must not change between the first and the last.
+    /// the files sync (the slow part): this one writes the buffered data and queues
+    /// the checksums for the log; [`sync_data`](Self::sync_data) needs only shared
+    /// access; [`sync_finish`](Self::sync_finish) takes its result. The space changes
+    /// nothing between the first and the last (it counts as poisoned: every change is
+    /// refused).
     pub fn sync_begin(&mut self) -> Result<()> {
         self.guarded(|s| s.write_out())?;
-        // Until `sync_finish`, as inside any change: a panic in between (in the data
-        // file's sync) leaves the space poisoned, so it writes nothing more.
+        // Until `sync_finish`, as inside any change: a panic in between (in the files'
+        // syncs) leaves the space poisoned, so it writes nothing more.
         self.poisoned = true;
         self.syncing = true;
         Ok(())
     }
 
-    /// The data file's sync, the second step of [`sync`](Self::sync).
+    /// The second step of [`sync`](Self::sync), after [`sync_begin`](Self::sync_begin),
+    /// with shared access: the data file's sync, then the log entries (which refer to
+    /// that data) written and synced, and, if the log has grown past its limit, a
+    /// checkpoint of the tree written and synced and the log started over. Only the
+    /// bookkeeping is left to [`sync_finish`](Self::sync_finish), which must follow.
     pub fn sync_data(&self) -> Result<()> {
-        self.data.sync()
+        if !self.syncing {
+            return Err(Error::invalid("sync_data without sync_begin"));
+        }
+        self.data.sync()?;
+        let mut meta = self.meta.lock();
+        let meta = &mut *meta;
+        meta.log.commit(&*self.log_file)?;
+        let mut limit = self.opts.log_capacity;
+        if self.opts.log_grows_with_tree {
+            limit = limit.max(LOG_TREES * meta.treefile.durable_bytes());
+        }
+        if meta.log.weight() > limit {
+            let seq = meta.treefile.write_checkpoint(&self.tree, &self.table)?;
+            meta.checkpointed = true;
+            meta.log.reset(&*self.log_file, seq)?;
+        }
+        Ok(())
     }
 
     /// The last step of [`sync`](Self::sync), given the result of
-    /// [`sync_data`](Self::sync_data): the log entries (which refer to that data)
-    /// are written and synced, segments they freed become reusable, and the tree is
-    /// checkpointed if the log has grown past its limit.
-    pub fn sync_finish(&mut self, data_synced: Result<()>) -> Result<()> {
+    /// [`sync_data`](Self::sync_data): segments the logged entries freed become
+    /// reusable (their space is returned by [`punch_freed`](Self::punch_freed) or the
+    /// next change), and a checkpoint written is marked as taking the tree's changes.
+    pub fn sync_finish(&mut self, synced: Result<()>) -> Result<()> {
         if !self.syncing {
             return Err(Error::invalid("sync_finish without sync_begin"));
         }
         self.syncing = false;
         self.poisoned = false;
+        let checkpointed = std::mem::take(&mut self.meta.get_mut().checkpointed);
         self.guarded(|s| {
-            data_synced?;
-            s.commit_log()?;
-            let mut limit = s.opts.log_capacity;
-            if s.opts.log_grows_with_tree {
-                limit = limit.max(LOG_TREES * s.treefile.durable_bytes());
+            synced?;
+            if checkpointed {
+                TreeFile::checkpointed(&mut s.tree, &mut s.table);
+                s.stats.checkpoints += 1;
             }
-            if s.log.weight() > limit {
-                s.checkpoint_now()?;
-            }
+            s.segs.log_committed(s.views_alive());
             Ok(())
         })
     }
@@ -449,20 +492,22 @@ impl FlexSpace {
     fn write_out(&mut self) -> Result<()> {
         self.absorb_sums();
         // Checksums are logged before the changes that refer to the data they cover.
-        self.log.prepend(std::mem::take(&mut self.sum_ops));
+        let ops = std::mem::take(&mut self.sum_ops);
+        self.meta.get_mut().log.prepend(ops);
         self.flush_data()
     }
 
     /// What a commit does after the data file's sync.
     fn commit_log(&mut self) -> Result<()> {
-        self.log.commit(&*self.log_file)?;
+        self.meta.get_mut().log.commit(&*self.log_file)?;
         self.segs.log_committed(self.views_alive());
         self.segs.punch_freed(&self.data)
     }
 
     fn checkpoint_now(&mut self) -> Result<()> {
-        let seq = self.treefile.checkpoint(&mut self.tree, &mut self.table)?;
-        self.log.reset(&*self.log_file, seq)?;
+        let meta = self.meta.get_mut();
+        let seq = meta.treefile.checkpoint(&mut self.tree, &mut self.table)?;
+        meta.log.reset(&*self.log_file, seq)?;
         self.stats.checkpoints += 1;
         Ok(())
     }
@@ -874,7 +919,7 @@ mod tests {
         // A tree of a few hundred KiB, checkpointed.
         insert(&mut s, 3_000);
         s.checkpoint().unwrap();
-        let tree = s.treefile.durable_bytes();
+        let tree = s.meta.get_mut().treefile.durable_bytes();
         assert!(tree > 8 * o.log_capacity, "a tree of {tree} bytes");
         let mut highest = 0;
         loop {
@@ -884,12 +929,15 @@ mod tests {
             if s.stats().checkpoints > before {
                 break;
             }
-            highest = s.log.weight();
+            highest = s.meta.get_mut().log.weight();
             assert!(highest <= 2 * tree, "{highest} of log, {tree} of tree");
         }
         // The last sync took the log past twice the tree (by 400 inserts' entries).
         assert!(highest > 2 * tree - 2 * tree / 10, "{highest}, {tree}");
-        assert!(s.log.weight() < o.log_capacity, "the log starts over");
+        assert!(
+            s.meta.get_mut().log.weight() < o.log_capacity,
+            "the log starts over"
+        );
     }
 
     /// A GC pass relocates the part of an extent that runs on into a victim from a
@@ -898,31 +946,8 @@ mod tests {
     #[test]
     fn a_gc_pass_moves_the_ends_of_extents_that_run_into_its_victims() {
         let vfs = FaultVfs::new(7);
-        let mut s = FlexSpace::open(vfs.shared(), "/space", opts()).unwrap();
-        let mut model = Vec::new();
-        // Blocks of 3,000 bytes appended: some run across a segment's end.
-        for i in 0..66u32 {
-            let block: Vec<u8> = (0..3_000u32).map(|j| (i * 7 + j) as u8).collect();
-            s.insert(model.len() as u64, &block).unwrap();
-            model.extend_from_slice(&block);
-        }
-        s.sync().unwrap();
+        let (mut s, mut model) = segment_one_emptied(&vfs);
         let seg = |a: u64| a / SEG;
-        let crossing: Vec<_> = (extents(&s).into_iter())
-            .filter(|&(_, len, a)| seg(a) == 0 && seg(a + len - 1) == 1)
-            .collect();
-        assert_eq!(crossing.len(), 1, "{:?}", extents(&s));
-        // Everything that lies wholly in segment 1 goes, from the end backwards so
-        // that the offsets found still hold: only the crossing block's end stays.
-        let inside: Vec<_> = (extents(&s).into_iter())
-            .filter(|&(_, len, a)| seg(a) == 1 && seg(a + len - 1) == 1)
-            .collect();
-        assert!(inside.len() > 10);
-        for &(off, len, _) in inside.iter().rev() {
-            s.collapse(off, len).unwrap();
-            model.drain(off as usize..(off + len) as usize);
-        }
-        s.sync().unwrap();
         let mut plan = s
             .gc_plan()
             .unwrap()
@@ -952,6 +977,82 @@ mod tests {
         s.read(0, &mut got).unwrap();
         assert!(got == model, "the space's bytes changed");
         s.check().unwrap();
+    }
+
+    /// The segments a sync in steps frees keep their bytes until they are punched:
+    /// by `punch_freed`, with shared access (readers beside it read no free segment),
+    /// or else by the next change, before it may write to them.
+    #[test]
+    fn segments_a_sync_in_steps_frees_are_punched_with_shared_access_or_by_the_next_change() {
+        use std::path::Path;
+        let data = Path::new("/space/flexspace.data");
+        for punch_shared in [true, false] {
+            let vfs = FaultVfs::new(9);
+            let (mut s, model) = segment_one_emptied(&vfs);
+            let mut plan = s.gc_plan().unwrap().expect("garbage in segment 1");
+            s.gc_apply(&mut plan, usize::MAX).unwrap();
+            s.sync_begin().unwrap();
+            s.sync_finish(s.sync_data()).unwrap();
+            s.gc_finish(&plan);
+            let freed: Vec<u64> = (0..s.segs.state.len() as u64)
+                .filter(|&g| s.segs.state[g as usize] == State::Free)
+                .collect();
+            assert!(!freed.is_empty(), "the pass freed its victims");
+            let zeroed = |vfs: &FaultVfs| {
+                let bytes = vfs.contents(data).unwrap();
+                freed.iter().all(|&g| {
+                    let r = (g * SEG) as usize..((g + 1) * SEG) as usize;
+                    bytes[r].iter().all(|&b| b == 0)
+                })
+            };
+            assert!(!zeroed(&vfs), "punched before its time");
+            assert!(s.segs.punch_pending());
+            if punch_shared {
+                let shared: &FlexSpace = &s;
+                shared.punch_freed().unwrap();
+            } else {
+                // A change small enough to stay in the open segment.
+                s.insert(0, b"x").unwrap();
+            }
+            assert!(!s.segs.punch_pending());
+            assert!(zeroed(&vfs), "punch_shared {punch_shared}: not punched");
+            let mut got = vec![0; s.len() as usize];
+            s.read(0, &mut got).unwrap();
+            let want = if punch_shared { 0 } else { 1 };
+            assert!(got[want..] == model[..], "the space's bytes changed");
+        }
+    }
+
+    /// 66 blocks of 3,000 bytes appended (the last of segment 0 runs into segment 1)
+    /// and synced, then every extent that lies wholly in segment 1 collapsed and
+    /// synced: segment 1 holds nearly nothing live. Returns the space and its content.
+    fn segment_one_emptied(vfs: &FaultVfs) -> (FlexSpace, Vec<u8>) {
+        let mut s = FlexSpace::open(vfs.shared(), "/space", opts()).unwrap();
+        let mut model = Vec::new();
+        // Blocks of 3,000 bytes appended: some run across a segment's end.
+        for i in 0..66u32 {
+            let block: Vec<u8> = (0..3_000u32).map(|j| (i * 7 + j) as u8).collect();
+            s.insert(model.len() as u64, &block).unwrap();
+            model.extend_from_slice(&block);
+        }
+        s.sync().unwrap();
+        let seg = |a: u64| a / SEG;
+        let crossing: Vec<_> = (extents(&s).into_iter())
+            .filter(|&(_, len, a)| seg(a) == 0 && seg(a + len - 1) == 1)
+            .collect();
+        assert_eq!(crossing.len(), 1, "{:?}", extents(&s));
+        // Everything that lies wholly in segment 1 goes, from the end backwards so
+        // that the offsets found still hold: only the crossing block's end stays.
+        let inside: Vec<_> = (extents(&s).into_iter())
+            .filter(|&(_, len, a)| seg(a) == 1 && seg(a + len - 1) == 1)
+            .collect();
+        assert!(inside.len() > 10);
+        for &(off, len, _) in inside.iter().rev() {
+            s.collapse(off, len).unwrap();
+            model.drain(off as usize..(off + len) as usize);
+        }
+        s.sync().unwrap();
+        (s, model)
     }
 
     /// Segments of 16 bytes; only the second (bytes 16..32) and the fifth (64..80) are
