@@ -125,8 +125,9 @@ pub struct Stats {
     /// Bytes of memory the keyspaces' FlexTrees take (the extent maps, held whole in
     /// memory: 16 bytes an extent, and the room their nodes keep free).
     pub space_tree_memory_bytes: u64,
-    /// The longest time the committer held a keyspace's write lock, and the 99th
-    /// percentile (to a power of two), in microseconds.
+    /// The longest time the committer held a keyspace's write lock (in a commit's
+    /// sections, a GC pass's, a sync's first and last steps), and the 99th percentile
+    /// (to a power of two), in microseconds.
     pub lock_hold_max_micros: u64,
     /// See `lock_hold_max_micros`.
     pub lock_hold_p99_micros: u64,
