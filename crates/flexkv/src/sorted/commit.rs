@@ -89,6 +89,14 @@ struct Holds {
 }
 
 impl LockHolds {
+    /// Runs `f`, a step taken under the write lock, and records how long it took.
+    pub(crate) fn timed<R>(&self, f: impl FnOnce() -> R) -> R {
+        let t0 = Instant::now();
+        let r = f();
+        self.record(t0.elapsed());
+        r
+    }
+
     pub(crate) fn record(&self, d: Duration) {
         let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         let b = (64 - us.leading_zeros() as usize).min(31);

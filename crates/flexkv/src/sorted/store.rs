@@ -20,7 +20,6 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
@@ -1321,17 +1320,11 @@ pub(crate) fn sync_space<'a>(
     holds: &LockHolds,
 ) -> Result<RwLockUpgradableReadGuard<'a, State>> {
     let mut st = RwLockUpgradableReadGuard::upgrade(st);
-    let t0 = Instant::now();
-    let begun = st.space.sync_begin();
-    holds.record(t0.elapsed());
-    begun?;
+    holds.timed(|| st.space.sync_begin())?;
     let st = RwLockWriteGuard::downgrade_to_upgradable(st);
     let synced = st.space.sync_data();
     let mut st = RwLockUpgradableReadGuard::upgrade(st);
-    let t0 = Instant::now();
-    let finished = st.space.sync_finish(synced);
-    holds.record(t0.elapsed());
-    finished?;
+    holds.timed(|| st.space.sync_finish(synced))?;
     let st = RwLockWriteGuard::downgrade_to_upgradable(st);
     st.space.punch_freed()?;
     Ok(st)
