@@ -151,6 +151,17 @@ fn random_op(rng: &mut SmallRng, size: u64) -> Op {
     }
 }
 
+/// The tags set in `[at, at + len)`, with their offsets.
+fn tags_in(sp: &FlexSpace, at: u64, len: u64) -> Vec<(u64, u8)> {
+    let mut tags = Vec::new();
+    let mut from = at;
+    while let Some((o, t)) = sp.next_tagged(from).filter(|&(o, _)| o < at + len) {
+        tags.push((o, t));
+        from = o + 1;
+    }
+    tags
+}
+
 /// Applies `op` to the space and the model; `Err` if the space failed (the model then
 /// holds the state the op would have made).
 fn apply(vfs: &FaultVfs, s: &mut Option<FlexSpace>, m: &mut Vec<u8>, op: Op) -> Result<(), Error> {
@@ -202,6 +213,13 @@ fn apply_in(
             let (extents, spot) = sp.read_self_checked(at, &mut raw)?;
             assert_eq!(raw, buf, "unverified read at {at}+{len}");
             assert_eq!(extents, sp.extents_in(at, len), "extents at {at}+{len}");
+            // Pieces are extents, less those that follow the one before in the file.
+            let pieces = sp.pieces_in(at, len);
+            assert!(
+                pieces <= extents && (pieces > 0) == (len > 0),
+                "{pieces} pieces of {extents} extents at {at}+{len}"
+            );
+            assert!(spot.is_none() || pieces == 1, "a spot for {pieces} pieces");
             // Only a range in one piece has a spot, from which it reads the same.
             assert!(
                 spot.is_none() || extents == 1,
@@ -225,7 +243,24 @@ fn apply_in(
         Op::Tag { .. } => Ok(()),
         Op::Defrag { at, len } => {
             let at = at.min(size);
-            sp.defrag(at, len.min(size - at))
+            let len = len.min(size - at);
+            let tags = tags_in(sp, at, len);
+            if at % 2 == 0 {
+                sp.defrag(at, len)?;
+            } else {
+                // In two steps, as the sorted keyspace's sweep moves ranges.
+                let moving = sp.read_to_move(at, len)?;
+                assert_eq!(moving.bytes(), &m[at as usize..(at + len) as usize]);
+                sp.put_moved(&moving)?;
+            }
+            // One write: in one piece but where a segment's end cuts it.
+            assert!(
+                sp.pieces_in(at, len) <= sp.contiguous_extents(len),
+                "{} pieces after a defrag of {at}+{len}",
+                sp.pieces_in(at, len)
+            );
+            assert_eq!(tags_in(sp, at, len), tags, "tags of {at}+{len}");
+            Ok(())
         }
         Op::Gc => sp.gc().map(|_| ()),
         Op::Sync => sp.sync(),

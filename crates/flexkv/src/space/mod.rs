@@ -38,7 +38,7 @@ use log::{LogOp, LogWriter};
 use segments::Segments;
 use treefile::TreeFile;
 pub use view::SpaceView;
-pub use write::GcPlan;
+pub use write::{GcPlan, Moving};
 
 const DATA_FILE: &str = "flexspace.data";
 const TREE_FILE: &str = "flexspace.tree";
@@ -1059,6 +1059,28 @@ impl FlexSpace {
             .extents_from(off)
             .take_while(|e| e.offset < off.saturating_add(len))
             .count()
+    }
+
+    /// Into how many pieces `[off, off + len)` falls in the data file: one more at each
+    /// place where the next byte is not the one after it in the file (a hole counts
+    /// as a piece; no bytes, no piece). Extents that follow one another in the file, as a tag or the
+    /// longest extent cuts them, are one piece.
+    pub fn pieces_in(&self, off: u64, len: u64) -> usize {
+        if len == 0 {
+            return 0;
+        }
+        let end = off.saturating_add(len);
+        let mut pieces = 0;
+        let mut next: Option<u64> = None;
+        for e in self.tree.extents_from(off).take_while(|e| e.offset < end) {
+            let skip = off.saturating_sub(e.offset);
+            let at = e.addr.map(|a| a + skip);
+            if at.is_none() || at != next {
+                pieces += 1;
+            }
+            next = e.addr.map(|a| a + e.len);
+        }
+        pieces
     }
 
     /// Bytes of memory the FlexTree holds (see [`SpaceStats::tree_memory_bytes`]); a

@@ -543,16 +543,64 @@ impl FlexSpace {
     /// `flexspace_defrag`), keeping its tags. For ranges whose data has been scattered
     /// over many small extents by inserts.
     pub fn defrag(&mut self, off: u64, len: u64) -> Result<()> {
-        let mut data = vec![0u8; len as usize];
+        let mut data = vec![0u8; Self::buffer_len(len)?];
         self.read(off, &mut data)?;
-        let tags: Vec<(u64, u8)> = self
-            .tree
+        let tags = self.tags_in(off, len);
+        self.put_over(off, &data, &tags)
+    }
+
+    /// A buffer's length for `len` bytes of the space.
+    fn buffer_len(len: u64) -> Result<usize> {
+        usize::try_from(len).map_err(|_| Error::invalid(format!("{len} bytes at once")))
+    }
+
+    /// The tags set inside `[off, off + len)`, with their offsets.
+    fn tags_in(&self, off: u64, len: u64) -> Vec<(u64, u8)> {
+        self.tree
             .extents_from(off)
             .take_while(|e| e.offset < off + len)
             .filter(|e| e.offset >= off && e.tag != 0)
             .map(|e| (e.offset, e.tag))
-            .collect();
-        self.put_over(off, &data, &tags)
+            .collect()
+    }
+
+    /// The first half of a [`defrag`](Self::defrag) in two steps, which needs only
+    /// shared access: the bytes of `[off, off + len)` and the tags inside it. A caller
+    /// that holds off every other change until [`put_moved`](Self::put_moved) can read
+    /// them beside readers. The bytes are read as
+    /// [`read_self_checked`](Self::read_self_checked) reads them, without the data
+    /// blocks' checksums (a range in a few hundred small extents would otherwise read
+    /// and sum a block for each): the caller verifies their own checksums
+    /// ([`Moving::bytes`]) before it puts them back, since the blocks they go to get
+    /// checksums of what is written.
+    pub fn read_to_move(&self, off: u64, len: u64) -> Result<Moving> {
+        self.check_inside("defrag", off, len)?;
+        let mut data = vec![0u8; Self::buffer_len(len)?];
+        self.read_self_checked(off, &mut data)?;
+        Ok(Moving {
+            off,
+            data,
+            tags: self.tags_in(off, len),
+        })
+    }
+
+    /// The second half of [`defrag`](Self::defrag): writes what
+    /// [`read_to_move`](Self::read_to_move) read into new, contiguous extents and sets
+    /// its tags again, as one change. The range must hold what was read (no change in
+    /// between), which debug builds check.
+    pub fn put_moved(&mut self, moving: &Moving) -> Result<()> {
+        let Moving { off, data, tags } = moving;
+        self.check_inside("defrag", *off, data.len() as u64)?;
+        if cfg!(debug_assertions) {
+            let mut now = vec![0u8; data.len()];
+            self.read(*off, &mut now)?;
+            assert!(
+                now == *data,
+                "defrag of [{off}, +{}) changed in between",
+                data.len()
+            );
+        }
+        self.put_over(*off, data, tags)
     }
 
     /// [`defrag`](Self::defrag) of `[off, off + data.len())` for a caller that has
@@ -779,6 +827,22 @@ impl FlexSpace {
         self.stats.gc_segments_freed += freed;
         self.refresh_stats();
         freed
+    }
+}
+
+/// A range's bytes and tags on their way to new extents
+/// ([`FlexSpace::read_to_move`], then [`FlexSpace::put_moved`]).
+#[derive(Debug)]
+pub struct Moving {
+    off: u64,
+    data: Vec<u8>,
+    tags: Vec<(u64, u8)>,
+}
+
+impl Moving {
+    /// The bytes read, for the caller to verify.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
     }
 }
 
