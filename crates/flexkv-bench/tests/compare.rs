@@ -29,6 +29,7 @@ fn spec(threads: usize) -> Spec {
             cache_bytes: 8 << 20,
             write_buffer_bytes: 4 << 20,
             flexkv_pace_writes: false,
+            flexkv_idle_sweep: true,
         },
         seed: 7,
         counters: true,

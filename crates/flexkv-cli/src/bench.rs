@@ -88,6 +88,7 @@ pub fn run(args: &BenchArgs) -> CliResult {
         cache_bytes: 256 << 20,
         write_buffer_bytes: 64 << 20,
         flexkv_pace_writes: true,
+        flexkv_idle_sweep: true,
     };
     let spec = Spec {
         pairs: args.pairs,

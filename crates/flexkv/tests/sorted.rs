@@ -47,6 +47,19 @@ fn open_uncached(vfs: &FaultVfs) -> Db {
         .unwrap()
 }
 
+/// [`open_uncached`] with the committer's idle sweep off: the tests of its rewrites
+/// for the reads need the layout the writes left, which the sweep would tidy while
+/// they read.
+fn open_unswept(vfs: &FaultVfs) -> Db {
+    Db::builder(DIR)
+        .vfs(vfs.shared())
+        .cache_bytes(0)
+        .space_options(small_space())
+        .idle_sweep(false)
+        .open()
+        .unwrap()
+}
+
 /// Regression for the bug found in the authors' code: after a crash during a commit,
 /// the WALs of two memtables were replayed in the wrong order and a read returned an
 /// older acknowledged value. Every put here fills a memtable, so each one freezes the
@@ -117,6 +130,8 @@ fn a_crash_inside_a_commit_that_rewrites_intervals_loses_no_committed_record() {
             // an interval is found fragmented.
             .cache_bytes(0)
             .space_options(small_space())
+            // Nor a sweep between the rounds, which would leave nothing fragmented.
+            .idle_sweep(false)
             .open()
     };
     // Round `r` writes the keys `i * 16 + r % 4`; from round 4 on, over older ones.
@@ -431,7 +446,7 @@ fn read_until_rewrites_settle(db: &Db, model: &std::collections::BTreeMap<Vec<u8
 #[test]
 fn intervals_reads_keep_fetching_in_pieces_are_rewritten_contiguous() {
     let vfs = FaultVfs::new(29);
-    let open = || open_uncached(&vfs);
+    let open = || open_unswept(&vfs);
     let db = open();
     let model = write_scattered(&db, 29);
     let s = db.stats();
@@ -466,6 +481,78 @@ fn intervals_reads_keep_fetching_in_pieces_are_rewritten_contiguous() {
     db.check().unwrap();
 }
 
+/// Once writes stop and everything is committed, the committer sweeps a keyspace a
+/// random load left scattered (three extents or more per interval): every interval
+/// ends in about one extent, a point read costs about one read of the file, and the
+/// keyspace reads as the model, before and after reopening. With the sweep off, the
+/// same load stays scattered.
+#[test]
+fn a_keyspace_left_scattered_is_swept_contiguous_once_writes_stop() {
+    let open = |vfs: &FaultVfs, sweep: bool| {
+        Db::builder(DIR)
+            .vfs(vfs.shared())
+            .cache_bytes(0)
+            .space_options(small_space())
+            .idle_sweep(sweep)
+            .open()
+            .unwrap()
+    };
+    let vfs = FaultVfs::new(41);
+    let db = open(&vfs, false);
+    write_scattered(&db, 41);
+    let s = db.stats();
+    assert!(
+        s.space_extents >= 3 * s.intervals && s.swept_bytes == 0,
+        "scattered without the sweep: {} extents for {} intervals, {} bytes swept",
+        s.space_extents,
+        s.intervals,
+        s.swept_bytes
+    );
+    drop(db);
+    let vfs = FaultVfs::new(43);
+    let db = open(&vfs, true);
+    let model = write_scattered(&db, 41);
+    let started = Instant::now();
+    // Small segments and extents cut even a contiguous run every 16 KiB.
+    let s = loop {
+        let s = db.stats();
+        if s.space_extents < 2 * s.intervals {
+            break s;
+        }
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "still {} extents for {} intervals after {} bytes swept",
+            s.space_extents,
+            s.intervals,
+            s.swept_bytes
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(s.swept_bytes > 0);
+    // The pass's end (a sync, the spots put back) is done once nothing more is swept.
+    let mut swept = s.swept_bytes;
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let now = db.stats().swept_bytes;
+        if now == swept {
+            break;
+        }
+        swept = now;
+    }
+    let ops = vfs.op_count();
+    read_all_as_modelled(&db, &model, "after the sweep");
+    let per_read = (vfs.op_count() - ops) as f64 / 12_003.0;
+    assert!(
+        per_read <= 1.25,
+        "{per_read:.2} file operations per point read"
+    );
+    db.check().unwrap();
+    drop(db);
+    let db = open(&vfs, true);
+    read_all_as_modelled(&db, &model, "after reopening");
+    db.check().unwrap();
+}
+
 /// Rewriting scattered intervals for the reads leaves the FlexTree fewer extents to
 /// hold, and the cache gets the memory they gave back at once: with no write to bring
 /// a commit, the cache's share is refitted after the rewrites themselves.
@@ -479,6 +566,8 @@ fn rewrites_for_the_reads_give_the_cache_what_the_tree_gave_back() {
         // The interval cache alone (the record cache would answer point reads).
         .record_cache_share(0.0)
         .space_options(small_space())
+        // The reads' rewrites alone give the tree's memory back here.
+        .idle_sweep(false)
         .open()
         .unwrap();
     let model = write_scattered(&db, 31);
@@ -514,7 +603,7 @@ fn rewrites_for_the_reads_give_the_cache_what_the_tree_gave_back() {
 #[test]
 fn gc_passes_that_rewrites_for_the_reads_make_due_run_outside_their_writes() {
     let vfs = FaultVfs::new(37);
-    let db = open_uncached(&vfs);
+    let db = open_unswept(&vfs);
     let model = write_scattered(&db, 37);
     let before = db.stats();
     read_until_rewrites_settle(&db, &model);
@@ -532,7 +621,7 @@ fn gc_passes_that_rewrites_for_the_reads_make_due_run_outside_their_writes() {
     read_all_as_modelled(&db, &model, "after the rewrites");
     db.check().unwrap();
     drop(db);
-    let db = open_uncached(&vfs);
+    let db = open_unswept(&vfs);
     read_all_as_modelled(&db, &model, "after reopening");
 }
 
@@ -562,7 +651,7 @@ fn a_crash_while_intervals_are_rewritten_for_reads_loses_nothing() {
         }
     };
     let vfs = FaultVfs::new(0);
-    let db = open_uncached(&vfs);
+    let db = open_unswept(&vfs);
     let model = write_scattered(&db, 31);
     let start = vfs.change_count();
     read_once(&db, &model);
@@ -576,7 +665,7 @@ fn a_crash_while_intervals_are_rewritten_for_reads_loses_nothing() {
     for n in 0..POINTS {
         let point = 1 + work * n / POINTS;
         let vfs = FaultVfs::new(n);
-        let db = open_uncached(&vfs);
+        let db = open_unswept(&vfs);
         write_scattered(&db, 31);
         let start = vfs.change_count();
         vfs.fail_changes_from(point);
@@ -587,7 +676,7 @@ fn a_crash_while_intervals_are_rewritten_for_reads_loses_nothing() {
         died += u64::from(vfs.change_count() - start >= point);
         drop(db);
         let mode = vfs.crash(CrashMode::Random);
-        let db = open_uncached(&vfs);
+        let db = open_unswept(&vfs);
         read_all_as_modelled(&db, &model, &format!("change {point} of {work}, {mode:?}"));
         db.check().unwrap();
     }

@@ -106,6 +106,11 @@ pub struct Args {
     /// of a few long ones; `--flexkv-pace-writes false` turns it off.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub flexkv_pace_writes: bool,
+    /// flexkv's committer sweeps scattered intervals contiguous while writes have
+    /// stopped (`Builder::idle_sweep`, on by default as in the engine);
+    /// `--flexkv-idle-sweep false` turns it off.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub flexkv_idle_sweep: bool,
 }
 
 /// Options of the hidden `compare-child` command: one engine, one spec.
@@ -292,6 +297,7 @@ pub fn run(args: &Args) {
         cache_bytes: args.cache_mib << 20,
         write_buffer_bytes: args.write_buffer_mib << 20,
         flexkv_pace_writes: args.flexkv_pace_writes,
+        flexkv_idle_sweep: args.flexkv_idle_sweep,
     };
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let command = std::env::args().collect::<Vec<_>>().join(" ");

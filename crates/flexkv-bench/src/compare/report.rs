@@ -447,6 +447,7 @@ mod tests {
                 cache_bytes: 1 << 20,
                 write_buffer_bytes: 1 << 20,
                 flexkv_pace_writes: false,
+                flexkv_idle_sweep: false,
             },
             runs: vec![
                 run(

@@ -31,6 +31,9 @@ use crate::{Error, Result};
 const REWRITE_POLL: Duration = Duration::from_millis(10);
 /// Frozen memtables allowed before writers wait.
 const MAX_FROZEN: usize = 1;
+/// Steps of the idle sweep ([`SortedStore::sweep_steps`]) between looks for writes,
+/// each under the commit lock: 16 steps are about 1 MiB of intervals.
+const SWEEP_STEPS: usize = 16;
 
 /// A memtable the committer has yet to apply.
 #[derive(Debug)]
@@ -278,6 +281,15 @@ impl Inner {
                     let wanted = self.rewrites_wanted();
                     // Rewrites for the reads; or, once a short wait brought no more, a
                     // sync of those not yet durable.
+                    if !wanted && self.sweep_due() {
+                        drop(flags);
+                        if let Err(e) = self.sweep_idle() {
+                            self.fail_commit(e);
+                            return;
+                        }
+                        flags = self.signal.state.lock();
+                        continue;
+                    }
                     if wanted || (!rewriting && self.rewrites_unsynced()) {
                         drop(flags);
                         if let Err(e) = self.rewrite_for_reads(wanted) {
@@ -329,6 +341,41 @@ impl Inner {
             .read()
             .values()
             .any(|s| !s.wanted.lock().is_empty())
+    }
+
+    /// Whether the committer is to sweep scattered intervals now
+    /// ([`Builder::idle_sweep`](crate::Builder::idle_sweep)): it is on, writes have
+    /// stopped with everything committed, and some keyspace has a pass under way or due.
+    fn sweep_due(&self) -> bool {
+        self.opts.idle_sweep
+            && self.writes_stopped()
+            && self.stores.read().values().any(|s| s.sweep.lock().due())
+    }
+
+    /// Whether the active memtable is empty and none is frozen: nothing to commit.
+    fn writes_stopped(&self) -> bool {
+        let t = self.tables.read();
+        t.frozen.is_empty() && t.active.is_empty()
+    }
+
+    /// Sweeps scattered intervals ([`SortedStore::sweep_steps`]) until no keyspace has
+    /// a pass under way or due, a write comes, or the database closes. The commit lock
+    /// is taken for [`SWEEP_STEPS`] steps at a time, so `Db::check` and the value log's
+    /// write-back wait for at most that.
+    fn sweep_idle(&self) -> Result<()> {
+        let stores: Vec<_> = self.stores.read().values().cloned().collect();
+        for store in stores {
+            loop {
+                if !self.writes_stopped() || self.signal.state.lock().shutdown {
+                    return Ok(());
+                }
+                let _commit = self.applying.lock();
+                if !store.sweep_steps(&self.holds, SWEEP_STEPS)? {
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether some keyspace has intervals rewritten for the reads and not yet synced.
@@ -502,5 +549,28 @@ impl Inner {
         self.freeze(false)?;
         while self.commit_oldest()? {}
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Db;
+
+    /// The committer sweeps only once writes have stopped and everything is committed:
+    /// a write in the active memtable stops it (no idle commit here, and the next
+    /// commit by age is 5 s away).
+    #[test]
+    fn the_sweep_waits_for_writes_to_stop_and_be_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::builder(dir.path())
+            .idle_commit(std::time::Duration::ZERO)
+            .open()
+            .unwrap();
+        assert!(db.inner.writes_stopped());
+        db.put(b"k", b"v").unwrap();
+        assert!(!db.inner.writes_stopped(), "a write in the active memtable");
+        assert!(!db.inner.sweep_due(), "a sweep due beside a write");
+        db.flush().unwrap();
+        assert!(db.inner.writes_stopped());
     }
 }

@@ -72,6 +72,7 @@ pub struct Options {
     pub(crate) scan_reads_slow: bool,
     pub(crate) poll_syncs: bool,
     pub(crate) pace_writes: bool,
+    pub(crate) idle_sweep: bool,
 }
 
 /// Value-log garbage collection settings ([`Builder::gc`]); set fields with
@@ -159,6 +160,7 @@ impl Default for Options {
             scan_reads_slow: false,
             poll_syncs: true,
             pace_writes: true,
+            idle_sweep: true,
         }
     }
 }
@@ -275,6 +277,22 @@ impl Builder {
     /// write more: an interval that two smaller commits touch is written twice.
     pub fn idle_commit(mut self, after: std::time::Duration) -> Self {
         self.opts.idle_commit = after;
+        self
+    }
+
+    /// Whether the committer, once writes have stopped and everything is committed,
+    /// sweeps each sorted keyspace in key order and rewrites contiguous the runs of
+    /// intervals that lie scattered over the data file (default `true`). A random load
+    /// leaves each interval in several extents, each in a place of its own; swept, a
+    /// point read makes one read of the file and a scan reads its intervals in file
+    /// order. The sweep stops at the next write and goes on from where it stood once
+    /// writes stop again; it writes each scattered byte once more
+    /// ([`Stats::swept_bytes`](crate::Stats::swept_bytes)). Point reads that meet one
+    /// of its short write sections read a view of the keyspace instead of waiting, as
+    /// beside a commit (a copy of the sparse index and the FlexTree, outside the cache
+    /// budget, which holds the segments the sweep empties until it goes); scans wait.
+    pub fn idle_sweep(mut self, on: bool) -> Self {
+        self.opts.idle_sweep = on;
         self
     }
 

@@ -73,6 +73,9 @@ pub struct Stats {
     /// because reads kept fetching them from the FlexSpace in scattered extents (see
     /// the design's "reads that defragment").
     pub read_defrags: u64,
+    /// Bytes of intervals the committer rewrote contiguous in its sweep of scattered
+    /// intervals while writes had stopped (see [`Builder::idle_sweep`](crate::Builder::idle_sweep)).
+    pub swept_bytes: u64,
     /// Intervals read from the FlexSpace at the spot kept beside their sparse-index
     /// entry (where they lay in one piece), with no search of the FlexTree (see the
     /// design's "Spots"); counted in `cache_misses` too.
@@ -235,6 +238,7 @@ impl Inner {
             record_cache_capacity_bytes: sum(&|s| s.rows.capacity()),
             defrags: sum(&|s| get(&s.counters.defrags)),
             read_defrags: sum(&|s| get(&s.counters.read_defrags)),
+            swept_bytes: sum(&|s| get(&s.counters.swept_bytes)),
             spot_reads: sum(&|s| get(&s.counters.spot_reads)),
             hint_reads: sum(&|s| get(&s.counters.hint_reads)),
             view_reads: sum(&|s| get(&s.counters.view_reads)),

@@ -92,6 +92,26 @@ pub(crate) struct StoreOptions {
     pub(crate) space: SpaceOptions,
 }
 
+/// The committer's sweep of a keyspace's scattered intervals while writes have stopped
+/// ([`SortedStore::sweep_steps`]).
+#[derive(Debug, Default)]
+pub(crate) struct Sweep {
+    /// The index key the pass under way goes on from (`None`: no pass under way).
+    pub(crate) at: Option<Vec<u8>>,
+    /// A commit changed the keyspace since the pass under way began, or since the last
+    /// one ended: another pass is due once this one ends.
+    pub(crate) changed: bool,
+    /// Bytes the pass under way rewrote since it last synced the space.
+    pub(crate) unsynced: u64,
+}
+
+impl Sweep {
+    /// Whether a pass is under way or due.
+    pub(crate) fn due(&self) -> bool {
+        self.at.is_some() || self.changed
+    }
+}
+
 /// Counters of one sorted keyspace.
 #[derive(Debug, Default)]
 pub(crate) struct StoreCounters {
@@ -102,6 +122,7 @@ pub(crate) struct StoreCounters {
     pub(crate) history_written: AtomicU64,
     pub(crate) defrags: AtomicU64,
     pub(crate) read_defrags: AtomicU64,
+    pub(crate) swept_bytes: AtomicU64,
     pub(crate) spot_reads: AtomicU64,
     pub(crate) hint_reads: AtomicU64,
     /// Point reads answered from a view while the committer held the lock.
@@ -193,6 +214,9 @@ pub(crate) struct SortedStore {
     misses: MissCounts,
     /// Intervals the committer rewrote for the reads since the space was last synced.
     pub(crate) rewrites_unsynced: AtomicU64,
+    /// Where the committer's idle sweep of scattered intervals stands
+    /// ([`SortedStore::sweep_steps`]).
+    pub(crate) sweep: Mutex<Sweep>,
     /// What point reads read while the committer holds the lock (see `view.rs`).
     pub(crate) views: Views,
 }
@@ -321,6 +345,11 @@ impl SortedStore {
             wanted: Mutex::default(),
             misses: MissCounts::new(opts.cache_bytes / CACHE_BYTES_PER_MISS_COUNT),
             rewrites_unsynced: AtomicU64::new(0),
+            // A keyspace opened may lie scattered: the first idle moment looks.
+            sweep: Mutex::new(Sweep {
+                changed: true,
+                ..Sweep::default()
+            }),
             views: Views::default(),
         };
         {

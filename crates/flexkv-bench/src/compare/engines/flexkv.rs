@@ -18,6 +18,7 @@ pub(super) fn open(dir: &Path, config: &EngineConfig) -> EngineResult<Box<dyn En
         .cache_bytes(config.cache_bytes as usize)
         .memtable_size(config.write_buffer_bytes as usize)
         .pace_writes(config.flexkv_pace_writes)
+        .idle_sweep(config.flexkv_idle_sweep)
         .open()
         .map_err(text)?;
     let ks = db.default_keyspace();

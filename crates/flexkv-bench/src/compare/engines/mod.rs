@@ -61,6 +61,11 @@ pub struct EngineConfig {
     /// written before it was recorded were run unpaced, hence the default.
     #[serde(default)]
     pub flexkv_pace_writes: bool,
+    /// flexkv only: the committer's sweep of scattered intervals while writes have
+    /// stopped (`Builder::idle_sweep`). Results written before it existed ran without
+    /// it, hence the default.
+    #[serde(default)]
+    pub flexkv_idle_sweep: bool,
 }
 
 /// The engines the harness knows.
@@ -136,11 +141,16 @@ impl EngineKind {
                 "Buffered batches (WAL, group commit, no fsync per write), Db::sync at phase end; \
                  interval cache, record cache (up to half the caches' share once the \
                  keyspace outgrows the interval cache) and in-memory indexes {cache} MiB together, \
-                 memtable {wb} MiB; values of 4 KiB or more separated; GC on{}",
+                 memtable {wb} MiB; values of 4 KiB or more separated; GC on{}{}",
                 if config.flexkv_pace_writes {
                     "; writers paced by the commit"
                 } else {
                     "; writers not paced"
+                },
+                if config.flexkv_idle_sweep {
+                    "; scattered intervals swept while writes stop"
+                } else {
+                    "; no idle sweep"
                 }
             ),
             EngineKind::Rocksdb => format!(
