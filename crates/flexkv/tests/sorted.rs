@@ -39,25 +39,22 @@ fn put_buffered(db: &Db, keys: &[u32], round: u32) {
 /// A database at `/db` on `vfs` with small segments that caches no interval: every
 /// read of one goes to the space.
 fn open_uncached(vfs: &FaultVfs) -> Db {
+    uncached(vfs).open().unwrap()
+}
+
+/// The builder [`open_uncached`] opens with.
+fn uncached(vfs: &FaultVfs) -> flexkv::Builder {
     Db::builder(DIR)
         .vfs(vfs.shared())
         .cache_bytes(0)
         .space_options(small_space())
-        .open()
-        .unwrap()
 }
 
 /// [`open_uncached`] with the committer's idle sweep off: the tests of its rewrites
 /// for the reads need the layout the writes left, which the sweep would tidy while
 /// they read.
 fn open_unswept(vfs: &FaultVfs) -> Db {
-    Db::builder(DIR)
-        .vfs(vfs.shared())
-        .cache_bytes(0)
-        .space_options(small_space())
-        .idle_sweep(false)
-        .open()
-        .unwrap()
+    uncached(vfs).idle_sweep(false).open().unwrap()
 }
 
 /// Regression for the bug found in the authors' code: after a crash during a commit,
@@ -123,17 +120,10 @@ fn two_wals_replay_in_order_after_a_crash_during_a_commit() {
 fn a_crash_inside_a_commit_that_rewrites_intervals_loses_no_committed_record() {
     const INTERVALS: u32 = 300;
     const ROUNDS: u32 = 10;
-    let open = |vfs: &FaultVfs| {
-        Db::builder(DIR)
-            .vfs(vfs.shared())
-            // No cache: a commit reads each interval from the space, which is where
-            // an interval is found fragmented.
-            .cache_bytes(0)
-            .space_options(small_space())
-            // Nor a sweep between the rounds, which would leave nothing fragmented.
-            .idle_sweep(false)
-            .open()
-    };
+    // No cache: a commit reads each interval from the space, which is where an
+    // interval is found fragmented. Nor a sweep between the rounds, which would leave
+    // nothing fragmented.
+    let open = |vfs: &FaultVfs| uncached(vfs).idle_sweep(false).open();
     // Round `r` writes the keys `i * 16 + r % 4`; from round 4 on, over older ones.
     let k = |i: u32, r: u32| key(i * 16 + r % 4);
     let v = |i: u32, r: u32| {
@@ -488,15 +478,7 @@ fn intervals_reads_keep_fetching_in_pieces_are_rewritten_contiguous() {
 /// same load stays scattered.
 #[test]
 fn a_keyspace_left_scattered_is_swept_contiguous_once_writes_stop() {
-    let open = |vfs: &FaultVfs, sweep: bool| {
-        Db::builder(DIR)
-            .vfs(vfs.shared())
-            .cache_bytes(0)
-            .space_options(small_space())
-            .idle_sweep(sweep)
-            .open()
-            .unwrap()
-    };
+    let open = |vfs: &FaultVfs, sweep: bool| uncached(vfs).idle_sweep(sweep).open().unwrap();
     let vfs = FaultVfs::new(41);
     let db = open(&vfs, false);
     write_scattered(&db, 41);

@@ -682,6 +682,12 @@ impl FlexSpace {
         self.opts.segment_size
     }
 
+    /// Whether the data file has a size limit
+    /// ([`SpaceOptions::max_data_size`](super::SpaceOptions::max_data_size)).
+    pub fn is_limited(&self) -> bool {
+        self.opts.max_data_size.is_some()
+    }
+
     /// Works out a GC pass with shared access to the space: picks its victims (as
     /// `FlexSpace::gc_pass` does), finds every piece of data they hold by one walk of
     /// the tree's extents, and reads the pieces. `None`: no segment is worth a pass.
