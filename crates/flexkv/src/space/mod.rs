@@ -1062,9 +1062,9 @@ impl FlexSpace {
     }
 
     /// Into how many pieces `[off, off + len)` falls in the data file: one more at each
-    /// place where the next byte is not the one after it in the file (a hole counts
-    /// as a piece; no bytes, no piece). Extents that follow one another in the file, as a tag or the
-    /// longest extent cuts them, are one piece.
+    /// place where the next byte is not the one after it in the file (a hole counts as
+    /// a piece; no bytes, no piece). Extents that follow one another in the file, as a
+    /// tag or the longest extent cuts them, are one piece.
     pub fn pieces_in(&self, off: u64, len: u64) -> usize {
         if len == 0 {
             return 0;

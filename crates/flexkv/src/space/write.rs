@@ -564,7 +564,7 @@ impl FlexSpace {
             .collect()
     }
 
-    /// The first half of a [`defrag`](Self::defrag) in two steps, which needs only
+    /// The first step of a [`defrag`](Self::defrag) in two, which needs only
     /// shared access: the bytes of `[off, off + len)` and the tags inside it. A caller
     /// that holds off every other change until [`put_moved`](Self::put_moved) can read
     /// them beside readers. The bytes are read as
@@ -584,7 +584,7 @@ impl FlexSpace {
         })
     }
 
-    /// The second half of [`defrag`](Self::defrag): writes what
+    /// The second step of a [`defrag`](Self::defrag) in two: writes what
     /// [`read_to_move`](Self::read_to_move) read into new, contiguous extents and sets
     /// its tags again, as one change. The range must hold what was read (no change in
     /// between), which debug builds check.
