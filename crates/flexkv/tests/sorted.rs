@@ -406,6 +406,23 @@ fn read_all_as_modelled(db: &Db, model: &std::collections::BTreeMap<Vec<u8>, Vec
     assert_eq!(db.get(b"zzz").unwrap(), None);
 }
 
+/// [`read_all_as_modelled`], each point read costing about one file operation (1.25
+/// at most on average): its interval lies in one piece of the data file.
+fn read_all_in_about_one_file_op(
+    db: &Db,
+    vfs: &FaultVfs,
+    model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    when: &str,
+) {
+    let ops = vfs.op_count();
+    read_all_as_modelled(db, model, when);
+    let per_read = (vfs.op_count() - ops) as f64 / 12_003.0;
+    assert!(
+        per_read <= 1.25,
+        "{when}: {per_read:.2} file operations per point read"
+    );
+}
+
 /// Reads every key as modelled in passes until the committer's rewrites for the reads
 /// settle: a pass and the pause after it rewrote nothing, after at least one rewrite.
 /// The committer looks for work at least every 250 ms while it has nothing to commit.
@@ -456,13 +473,7 @@ fn intervals_reads_keep_fetching_in_pieces_are_rewritten_contiguous() {
         s.intervals,
         s.read_defrags
     );
-    let ops = vfs.op_count();
-    read_all_as_modelled(&db, &model, "after the rewrites");
-    let per_read = (vfs.op_count() - ops) as f64 / 12_003.0;
-    assert!(
-        per_read <= 1.25,
-        "{per_read:.2} file operations per point read"
-    );
+    read_all_in_about_one_file_op(&db, &vfs, &model, "after the rewrites");
     assert_eq!(db.stats().read_defrags, s.read_defrags);
     db.check().unwrap();
     drop(db);
@@ -521,13 +532,7 @@ fn a_keyspace_left_scattered_is_swept_contiguous_once_writes_stop() {
         }
         swept = now;
     }
-    let ops = vfs.op_count();
-    read_all_as_modelled(&db, &model, "after the sweep");
-    let per_read = (vfs.op_count() - ops) as f64 / 12_003.0;
-    assert!(
-        per_read <= 1.25,
-        "{per_read:.2} file operations per point read"
-    );
+    read_all_in_about_one_file_op(&db, &vfs, &model, "after the sweep");
     db.check().unwrap();
     drop(db);
     let db = open(&vfs, true);
