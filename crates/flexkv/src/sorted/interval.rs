@@ -90,6 +90,12 @@ fn parse_spans(bytes: &[u8], mut push: impl FnMut(Span)) -> Result<u64, (usize, 
     Ok(max_seq)
 }
 
+/// Verifies each record in `bytes` and that their keys increase, as loading an interval
+/// does ([`parse_spans`]), keeping nothing; `Err` names the offset and what is wrong.
+pub(crate) fn verify_records(bytes: &[u8]) -> Result<(), (usize, String)> {
+    parse_spans(bytes, |_| {}).map(drop)
+}
+
 /// A decoded interval.
 ///
 /// A point read touches the fingerprints, then one record's span, then its bytes: the

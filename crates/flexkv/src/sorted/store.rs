@@ -1002,10 +1002,12 @@ impl SortedStore {
         )
     }
 
-    /// Makes everything committed (and rewritten for the reads) so far durable.
+    /// Makes everything committed (and rewritten for the reads or by the sweep) so far
+    /// durable.
     /// The write lock's holds go to `holds`.
     pub(crate) fn sync(&self, holds: &LockHolds) -> Result<()> {
         self.rewrites_unsynced.store(0, Ordering::Relaxed);
+        self.sweep.lock().unsynced = 0;
         // The files' syncs (the data file's, the log's, a checkpoint's: tens of
         // milliseconds after a commit at 10M pairs) run under the upgradable lock,
         // which readers pass; it keeps every other writer out, so the space does not
