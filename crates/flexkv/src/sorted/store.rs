@@ -345,11 +345,10 @@ impl SortedStore {
             wanted: Mutex::default(),
             misses: MissCounts::new(opts.cache_bytes / CACHE_BYTES_PER_MISS_COUNT),
             rewrites_unsynced: AtomicU64::new(0),
-            // A keyspace opened may lie scattered: the first idle moment looks.
-            sweep: Mutex::new(Sweep {
-                changed: true,
-                ..Sweep::default()
-            }),
+            // Not at open: a process that opens a database only to read it (the
+            // command line's `get`, `scan`, `dump`) should not write. The first
+            // commit marks a pass due.
+            sweep: Mutex::default(),
             views: Views::default(),
         };
         {
