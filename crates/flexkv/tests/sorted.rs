@@ -540,6 +540,76 @@ fn a_keyspace_left_scattered_is_swept_contiguous_once_writes_stop() {
     db.check().unwrap();
 }
 
+/// A load followed at once by a trickle of writes (YCSB E after its load) is swept
+/// beside the trickle: the load changed more keys than the keyspace has intervals. With
+/// commits only every 10 minutes the trickle keeps the active memtable from ever being
+/// empty, so a sweep that waited for writes to stop would never finish the pass.
+#[test]
+fn a_load_is_swept_beside_a_trickle_of_writes() {
+    let vfs = FaultVfs::new(47);
+    let db = open_unswept(&vfs);
+    let mut model = write_scattered(&db, 47);
+    drop(db);
+    let db = uncached(&vfs)
+        .commit_interval(std::time::Duration::from_secs(600))
+        .open()
+        .unwrap();
+    let intervals = db.stats().intervals as u32;
+    for i in 0..2 * intervals {
+        let (k, v) = (key(100_000 + i), val(i, 9));
+        db.put(&k, &v).unwrap();
+        model.insert(k, v);
+    }
+    db.flush().unwrap();
+    let scattered = db.stats().space_extents;
+    let trickled = std::sync::atomic::AtomicU32::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let n = trickled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                db.put(&key(200_000 + n), b"trickle").unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        });
+        let started = Instant::now();
+        loop {
+            // About 15 KiB intervals in extents of at most 16 KiB: three extents in
+            // four go (2,547 to 696 in the test's first run).
+            let s = db.stats();
+            if 3 * s.space_extents <= scattered {
+                break;
+            }
+            if started.elapsed().as_secs() >= 10 {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                panic!(
+                    "{} extents of the {scattered} the load left, after {} bytes swept",
+                    s.space_extents, s.swept_bytes
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(
+            db.stats().memtable_entries > 0,
+            "the trickle was still in the memtable"
+        );
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    for n in 0..trickled.into_inner() {
+        model.insert(key(200_000 + n), b"trickle".to_vec());
+    }
+    db.flush().unwrap();
+    read_all_as_modelled(&db, &model, "after the sweep beside the trickle");
+    for (k, v) in model.range(key(100_000)..) {
+        assert_eq!(db.get(k).unwrap().as_deref(), Some(v.as_slice()));
+    }
+    db.check().unwrap();
+    drop(db);
+    let db = open_unswept(&vfs);
+    read_all_as_modelled(&db, &model, "after reopening");
+    db.check().unwrap();
+}
+
 /// Rewriting scattered intervals for the reads leaves the FlexTree fewer extents to
 /// hold, and the cache gets the memory they gave back at once: with no write to bring
 /// a commit, the cache's share is refitted after the rewrites themselves.

@@ -285,8 +285,12 @@ impl Builder {
     /// intervals that lie scattered over the data file (default `true`). A random load
     /// leaves each interval in several extents, each in a place of its own; swept, a
     /// point read makes one read of the file and a scan reads its intervals in file
-    /// order. The sweep stops at the next write and goes on from where it stood once
-    /// writes stop again; it writes each scattered byte once more
+    /// order. Writes faster than a trickle pause it, and it goes on from where it
+    /// stood once they stop or slow down. A trickle (at most 1/64 of the memtable per
+    /// [`idle_commit`](Self::idle_commit) time, 4 MiB/s with the defaults; none with
+    /// idle commits off) lets a pass under way go on, and starts one once commits have
+    /// changed as many keys as the keyspace has intervals, as a load does. It writes
+    /// each scattered byte once more
     /// ([`Stats::swept_bytes`](crate::Stats::swept_bytes)). Point reads that meet one
     /// of its short write sections read a view of the keyspace instead of waiting, as
     /// beside a commit (a copy of the sparse index and the FlexTree, outside the cache

@@ -273,9 +273,7 @@ impl SortedStore {
         }
         // Before the memtable leaves the list (`view.rs` says why).
         self.views.retire();
-        if keys > 0 {
-            self.sweep.lock().changed = true;
-        }
+        self.sweep.lock().changed += keys as u64;
         let st = self.state.read();
         self.fit_cache(&st);
         // Each interval changed lost its shortcut; past a few, one walk of the space
@@ -566,9 +564,22 @@ impl SortedStore {
         Ok(done)
     }
 
+    /// Whether a pass of the sweep is under way or due. Once writes have stopped
+    /// (`trickle` false), any commit since the last pass makes one due; beside a trickle
+    /// of writes, only commits that changed at least as many keys as the keyspace has
+    /// intervals, so that a load followed at once by a trickle (YCSB E after its load)
+    /// is swept, but a steady trickle does not bring a pass after every commit.
+    pub(crate) fn sweep_due(&self, trickle: bool) -> bool {
+        let (under_way, changed) = {
+            let sweep = self.sweep.lock();
+            (sweep.at.is_some(), sweep.changed)
+        };
+        under_way || changed > 0 && (!trickle || changed >= self.state.read().index.len() as u64)
+    }
+
     /// Takes up to `steps` steps of the committer's sweep of scattered intervals, which
-    /// it runs while writes have stopped and everything is committed; returns whether
-    /// more are due. A pass walks the keyspace in key order, [`SWEEP_STEP`] bytes of
+    /// it runs while writes have stopped and everything is committed, or trickle
+    /// ([`SortedStore::sweep_due`]); returns whether more are due. A pass walks the keyspace in key order, [`SWEEP_STEP`] bytes of
     /// whole intervals at a time, and rewrites a step's bytes into new, contiguous
     /// extents ([`FlexSpace::read_to_move`], then [`FlexSpace::put_moved`]) where they
     /// lie in more pieces of the data file than a quarter of their intervals beyond
@@ -588,8 +599,8 @@ impl SortedStore {
             let mut sweep = self.sweep.lock();
             match sweep.at.take() {
                 Some(at) => (at, sweep.unsynced),
-                None if sweep.changed => {
-                    sweep.changed = false;
+                None if sweep.changed > 0 => {
+                    sweep.changed = 0;
                     (Vec::new(), 0)
                 }
                 None => return Ok(false),
@@ -1292,7 +1303,7 @@ mod tests {
         db.put(&key(6_000), b"late").unwrap();
         model.insert(key(6_000), b"late".to_vec());
         db.flush().unwrap();
-        assert!(store.sweep.lock().changed);
+        assert_eq!(store.sweep.lock().changed, 1, "the keys the commit changed");
         let mut passes_ended = 0;
         while store.sweep_steps(&holds, 1).unwrap() {
             passes_ended += usize::from(store.sweep.lock().at.is_none());
@@ -1308,7 +1319,7 @@ mod tests {
             "after sweeping {swept} bytes: {extents} extents, {pieces} pieces, {intervals} intervals"
         );
         // Nothing scattered is left: a pass now rewrites nothing.
-        store.sweep.lock().changed = true;
+        store.sweep.lock().changed = 1;
         assert!(!store.sweep_steps(&holds, usize::MAX).unwrap());
         let again = store
             .counters

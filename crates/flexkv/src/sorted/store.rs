@@ -98,9 +98,9 @@ pub(crate) struct StoreOptions {
 pub(crate) struct Sweep {
     /// The index key the pass under way goes on from (`None`: no pass under way).
     pub(crate) at: Option<Vec<u8>>,
-    /// A commit changed the keyspace since the pass under way began, or since the last
-    /// one ended: another pass is due once this one ends.
-    pub(crate) changed: bool,
+    /// Keys that commits changed since the pass under way began, or since the last one
+    /// ended: another pass is due once this one ends ([`SortedStore::sweep_due`]).
+    pub(crate) changed: u64,
     /// Bytes the pass under way rewrote since it last synced the space.
     pub(crate) unsynced: u64,
 }
@@ -108,7 +108,7 @@ pub(crate) struct Sweep {
 impl Sweep {
     /// Whether a pass is under way or due.
     pub(crate) fn due(&self) -> bool {
-        self.at.is_some() || self.changed
+        self.at.is_some() || self.changed > 0
     }
 }
 
