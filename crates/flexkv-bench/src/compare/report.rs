@@ -192,21 +192,22 @@ pub fn markdown(report: &Report) -> String {
         }
         let _ = writeln!(
             out,
-            "\n| workload | engine | p50 µs | p99 µs | p99.9 µs | latency of | write amp | space amp | peak RSS MiB | mapped file pages at end, MiB |"
+            "\n| workload | engine | p50 µs | p99 µs | p99.9 µs | latency of | write amp | MB written | space amp | peak RSS MiB | mapped file pages at end, MiB |"
         );
-        let _ = writeln!(out, "|---|---|---:|---:|---:|---|---:|---:|---:|---:|");
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|");
         for w in &names {
             for r in &runs {
                 if let Some(p) = phase(r, w) {
                     let _ = writeln!(
                         out,
-                        "| {w} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {:.0} | {:.0} |",
+                        "| {w} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {:.0} | {:.0} |",
                         r.engine,
                         p.p50_us,
                         p.p99_us,
                         p.p999_us,
                         p.latency_unit,
                         opt(p.write_amp, 2),
+                        thousands(p.device_bytes / 1_000_000),
                         opt(p.space_amp, 2),
                         p.peak_rss_mib,
                         p.file_rss_mib
@@ -454,7 +455,11 @@ mod tests {
                     "flexkv",
                     vec![
                         phase("fillrandom", 600_000.0),
-                        phase("readrandom", 900_000.0),
+                        PhaseResult {
+                            device_bytes: 1_250_000_000,
+                            write_amp: None,
+                            ..phase("readrandom", 900_000.0)
+                        },
                     ],
                 ),
                 run(
@@ -497,7 +502,14 @@ mod tests {
             md.contains("| readrandom | 900,000 | 1,200,000 | – | 0.75× (rocksdb) |"),
             "{md}"
         );
-        assert!(md.contains("| fillrandom | rocksdb | 1.0 | 2.0 | 3.0 | op | 2.00 | 1.72 | 50 |"));
+        assert!(
+            md.contains("| fillrandom | rocksdb | 1.0 | 2.0 | 3.0 | op | 2.00 | 0 | 1.72 | 50 |")
+        );
+        // A phase that writes nothing of its own still shows what the engine wrote in it.
+        assert!(
+            md.contains("| readrandom | flexkv | 1.0 | 2.0 | 3.0 | op | – | 1,250 | 1.72 | 50 |"),
+            "{md}"
+        );
         let alone = Report {
             runs: vec![run("flexkv", vec![phase("fillrandom", 1.0)])],
             ..report()
