@@ -579,21 +579,22 @@ impl SortedStore {
 
     /// Takes up to `steps` steps of the committer's sweep of scattered intervals, which
     /// it runs while writes have stopped and everything is committed, or trickle
-    /// ([`SortedStore::sweep_due`]); returns whether more are due. A pass walks the keyspace in key order, [`SWEEP_STEP`] bytes of
-    /// whole intervals at a time, and rewrites a step's bytes into new, contiguous
-    /// extents ([`FlexSpace::read_to_move`], then [`FlexSpace::put_moved`]) where they
-    /// lie in more pieces of the data file than a quarter of their intervals beyond
-    /// what one write would leave ([`FlexSpace::contiguous_extents`]). A random load
-    /// leaves every interval in about four extents, each in a place of its own; swept,
-    /// each lies in one, beside its neighbours, so a point read makes one read of the
-    /// file and a scan reads its intervals in file order (docs/benchmarks.md,
-    /// seventy-second session). The bytes are read under the upgradable lock, which
-    /// readers pass, and written under the write lock, like the rewrites for the reads;
-    /// records do not change, so neither do the index and the cache. The space is
-    /// synced every [`SWEEP_SYNC`] bytes and at the pass's end, which then gives every
-    /// interval its new spot and the cache what the smaller FlexTree gave back. A commit
-    /// during a pass marks another one due after it. A keyspace that fits its interval
-    /// cache is not swept, nor one whose space has a size limit.
+    /// ([`SortedStore::sweep_due`]); returns whether more are due. A pass walks the
+    /// keyspace in key order, [`SWEEP_STEP`] bytes of whole intervals at a time, and
+    /// rewrites a step's bytes into new, contiguous extents ([`FlexSpace::read_to_move`],
+    /// then [`FlexSpace::put_moved`]) where they lie in more pieces of the data file
+    /// than a quarter of their intervals beyond what one write would leave
+    /// ([`FlexSpace::contiguous_extents`]). A random load leaves every interval in about
+    /// four extents, each in a place of its own; swept, each lies in one, beside its
+    /// neighbours, so a point read makes one read of the file and a scan reads its
+    /// intervals in file order (docs/benchmarks.md, seventy-second session). The bytes
+    /// are read under the upgradable lock, which readers pass, and written under the
+    /// write lock, like the rewrites for the reads; records do not change, so neither
+    /// do the index and the cache. The space is synced every [`SWEEP_SYNC`] bytes and at
+    /// the pass's end, which then gives every interval its new spot and the cache what
+    /// the smaller FlexTree gave back. A commit during a pass marks another one due
+    /// after it. A keyspace that fits its interval cache is not swept, nor one whose
+    /// space has a size limit.
     pub(crate) fn sweep_steps(&self, holds: &LockHolds, steps: usize) -> Result<bool> {
         let (mut at, mut unsynced) = {
             let mut sweep = self.sweep.lock();
