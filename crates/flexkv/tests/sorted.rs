@@ -554,14 +554,17 @@ fn a_load_is_swept_beside_a_trickle_of_writes() {
         .commit_interval(std::time::Duration::from_secs(600))
         .open()
         .unwrap();
-    let intervals = db.stats().intervals as u32;
+    // Counted before any commit: the pass may begin as soon as the flush below ends.
+    let (intervals, scattered) = {
+        let s = db.stats();
+        (s.intervals as u32, s.space_extents)
+    };
     for i in 0..2 * intervals {
         let (k, v) = (key(100_000 + i), val(i, 9));
         db.put(&k, &v).unwrap();
         model.insert(k, v);
     }
     db.flush().unwrap();
-    let scattered = db.stats().space_extents;
     let trickled = std::sync::atomic::AtomicU32::new(0);
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
