@@ -417,15 +417,6 @@ impl SparseIndex {
         self.walk_intervals(from, forward, 0, |key, _, _, slot| visit(key, slot));
     }
 
-    /// Tells `visit` every interval's size and cache slot, in key order (so each
-    /// interval starts where the one before it ended, the first at 0).
-    pub(crate) fn walk_sizes(&self, mut visit: impl FnMut(u64, &Slot)) {
-        self.walk_intervals(None, true, 0, |_, _, size, slot| {
-            visit(size, slot);
-            true
-        });
-    }
-
     /// [`SparseIndex::walk_slots`], telling `visit` each interval's offset and size
     /// too: the first's from the path down to it, each later one's from its neighbour
     /// (intervals lie end to end), with no search. With `ahead` above 0, each step asks

@@ -94,7 +94,7 @@ pub(crate) struct StoreOptions {
 
 /// The committer's sweep of a keyspace's scattered intervals while writes have stopped
 /// ([`SortedStore::sweep_steps`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Sweep {
     /// The index key the pass under way goes on from (`None`: no pass under way).
     pub(crate) at: Option<Vec<u8>>,
@@ -103,6 +103,24 @@ pub(crate) struct Sweep {
     pub(crate) changed: u64,
     /// Bytes the pass under way rewrote since it last synced the space.
     pub(crate) unsynced: u64,
+    /// The index key from which the intervals the pass rewrote since it last synced
+    /// lie (empty: the keyspace's start).
+    pub(crate) synced_at: Vec<u8>,
+    /// Bytes a pass rewrites between two syncs of the space (a field so that tests
+    /// can make a pass sync often).
+    pub(crate) sync_every: u64,
+}
+
+impl Default for Sweep {
+    fn default() -> Sweep {
+        Sweep {
+            at: None,
+            changed: 0,
+            unsynced: 0,
+            synced_at: Vec::new(),
+            sync_every: super::commit::SWEEP_SYNC,
+        }
+    }
 }
 
 impl Sweep {
@@ -354,18 +372,25 @@ impl SortedStore {
         {
             let st = store.state.read();
             store.fit_cache(&st);
-            store.refresh_spots(&st);
+            store.refresh_spots(&st, None, None);
         }
         Ok(store)
     }
 
-    /// Leaves in every interval's slot its shortcut now (its spot, or for one in pieces
-    /// a hint): one walk of the index and the tree's extents together, 34 ms for 10M
-    /// pairs (docs/design.md, "Spots").
-    pub(crate) fn refresh_spots(&self, st: &State) {
+    /// Leaves in the slot of every interval from the one holding `from` (the first if
+    /// `None`) to the last below `until` (all if `None`) its shortcut now (its spot, or
+    /// for one in pieces a hint): one walk of the index and the tree's extents
+    /// together, 34 ms for all of 10M pairs (docs/design.md, "Spots").
+    pub(crate) fn refresh_spots(&self, st: &State, from: Option<&[u8]>, until: Option<&[u8]>) {
         let mut cursor = st.space.cursor();
         st.index
-            .walk_sizes(|size, slot| slot.set_shortcut(cursor.shortcut(size)));
+            .walk_intervals(from, true, 0, |key, offset, size, slot| {
+                if until.is_some_and(|u| key >= u) {
+                    return false;
+                }
+                slot.set_shortcut(cursor.shortcut_at(offset, size));
+                true
+            });
     }
 
     /// Gives the caches what the budget leaves beside the sparse index and the FlexTree

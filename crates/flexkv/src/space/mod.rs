@@ -217,6 +217,17 @@ impl Cursor<'_> {
         }
     }
 
+    /// [`Cursor::shortcut`] of the `len` bytes at `off`: where the ranges asked for so
+    /// far did not end at `off`, the walk starts again there (one search of the tree).
+    pub fn shortcut_at(&mut self, off: u64, len: u64) -> Option<Shortcut> {
+        if off != self.off {
+            self.extents = self.space.tree.extents_from(off);
+            self.current = self.extents.next();
+            self.off = off;
+        }
+        self.shortcut(len)
+    }
+
     /// Moves the cursor past the `len` bytes at `off` without reading them, if it is
     /// at `off` (a reader that got them elsewhere keeps its walk going); otherwise the
     /// next read searches the tree.
