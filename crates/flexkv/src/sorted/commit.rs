@@ -568,13 +568,17 @@ impl SortedStore {
     /// (`trickle` false), any commit since the last pass makes one due; beside a trickle
     /// of writes, only commits that changed at least as many keys as the keyspace has
     /// intervals, so that a load followed at once by a trickle (YCSB E after its load)
-    /// is swept, but a steady trickle does not bring a pass after every commit.
+    /// is swept, but a steady trickle does not bring a pass after every commit; or any
+    /// commit, if the keyspace lay scattered when it was opened ([`Sweep::scattered`]),
+    /// so that a database reopened under a steady trickle is swept once.
     pub(crate) fn sweep_due(&self, trickle: bool) -> bool {
-        let (under_way, changed) = {
+        let (under_way, changed, scattered) = {
             let sweep = self.sweep.lock();
-            (sweep.at.is_some(), sweep.changed)
+            (sweep.at.is_some(), sweep.changed, sweep.scattered)
         };
-        under_way || changed > 0 && (!trickle || changed >= self.state.read().index.len() as u64)
+        under_way
+            || changed > 0
+                && (!trickle || scattered || changed >= self.state.read().index.len() as u64)
     }
 
     /// Takes up to `steps` steps of the committer's sweep of scattered intervals, which
@@ -608,6 +612,7 @@ impl SortedStore {
                 ),
                 None if sweep.changed > 0 => {
                     sweep.changed = 0;
+                    sweep.scattered = false;
                     (Vec::new(), 0, Vec::new(), sync_every)
                 }
                 None => return Ok(false),
@@ -1398,6 +1403,64 @@ mod tests {
             "{syncs} syncs within the pass, {checked} intervals checked of {intervals}"
         );
         reads_as_modelled(&db, &model, "swept");
+        db.check().unwrap();
+    }
+
+    /// A keyspace that lay scattered when it was opened is due a pass beside a trickle
+    /// of writes from its first commit on: a steady trickle alone would take long to
+    /// change as many keys as it has intervals. Opening alone makes none due, and once
+    /// swept and opened again, a commit beside a trickle makes none due either.
+    #[test]
+    fn a_keyspace_opened_scattered_is_due_a_pass_beside_a_trickle_from_its_first_commit() {
+        let vfs = FaultVfs::new(6);
+        let (db, mut model) = scattered(&vfs);
+        let pieces = shape(&db).2;
+        drop(db);
+        let reopen = || {
+            Db::builder("/db")
+                .vfs(vfs.shared())
+                .cache_bytes(0)
+                .idle_sweep(false)
+                .open()
+                .unwrap()
+        };
+        let trickle = |db: &Db, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, i: u32| {
+            db.put(&key(i), b"trickle").unwrap();
+            model.insert(key(i), b"trickle".to_vec());
+            db.flush().unwrap();
+        };
+        let db = reopen();
+        let store = db.store_of(&db.default_keyspace());
+        assert!(!store.sweep_due(false), "opening alone makes no pass due");
+        trickle(&db, &mut model, 6_000);
+        assert!(store.sweep_due(true), "one commit beside a trickle");
+        let holds = LockHolds::default();
+        while store.sweep_steps(&holds, usize::MAX).unwrap() {}
+        let swept = shape(&db).2;
+        assert!(
+            swept * 4 <= pieces,
+            "{swept} pieces after the pass, {pieces} before"
+        );
+        reads_as_modelled(&db, &model, "swept after reopening");
+        trickle(&db, &mut model, 6_002);
+        assert!(
+            !store.sweep_due(true),
+            "a commit beside a trickle after the pass"
+        );
+        drop(store);
+        drop(db);
+        let db = reopen();
+        let store = db.store_of(&db.default_keyspace());
+        trickle(&db, &mut model, 6_001);
+        assert!(
+            !store.sweep_due(true),
+            "swept, then one commit beside a trickle"
+        );
+        assert!(
+            store.sweep_due(false),
+            "swept, then one commit and writes stopped"
+        );
+        reads_as_modelled(&db, &model, "reopened after the sweep");
         db.check().unwrap();
     }
 

@@ -109,6 +109,11 @@ pub(crate) struct Sweep {
     /// Bytes a pass rewrites between two syncs of the space (a field so that tests
     /// can make a pass sync often).
     pub(crate) sync_every: u64,
+    /// Whether the keyspace lay scattered when it was opened and no pass has begun
+    /// since: its first commit then makes a pass due even beside a trickle of writes
+    /// ([`SortedStore::sweep_due`]), which alone would take a long time to change as
+    /// many keys as the keyspace has intervals.
+    pub(crate) scattered: bool,
 }
 
 impl Default for Sweep {
@@ -119,6 +124,7 @@ impl Default for Sweep {
             unsynced: 0,
             synced_at: Vec::new(),
             sync_every: super::commit::SWEEP_SYNC,
+            scattered: false,
         }
     }
 }
@@ -373,6 +379,11 @@ impl SortedStore {
             let st = store.state.read();
             store.fit_cache(&st);
             store.refresh_spots(&st, None, None);
+            // As a step of the sweep judges its bytes, for the whole keyspace (one walk
+            // of the tree's extents).
+            let len = st.space.len();
+            store.sweep.lock().scattered =
+                st.space.pieces_in(0, len) > st.space.contiguous_extents(len) + st.index.len() / 4;
         }
         Ok(store)
     }
