@@ -20,7 +20,7 @@ use super::history::{self, record_value};
 use super::index::{separator, Found, Interval};
 use super::interval::{verify_records, Laid, Loaded, Read, ReadBufs};
 use super::record::{Record, RecordValue};
-use super::store::{scattered, sync_space, SortedStore, State, HEAD};
+use super::store::{pieces_scattered, scattered, sync_space, SortedStore, State, HEAD};
 use crate::db::pace::CommitPace;
 use crate::keyorder;
 use crate::memtable::{Value, Versions};
@@ -660,7 +660,7 @@ impl SortedStore {
                     }
                 });
             if let Some((off, len, n)) = step.filter(|s| s.1 > 0) {
-                if st.space.pieces_in(off, len) > st.space.contiguous_extents(len) + n / 4 {
+                if pieces_scattered(&st.space, off, len, n) {
                     let moving = st.space.read_to_move(off, len)?;
                     // What the sweep moves must be what was written: the blocks it
                     // goes to get checksums of whatever it writes.

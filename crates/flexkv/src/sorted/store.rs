@@ -47,6 +47,14 @@ pub(crate) fn scattered(space: &FlexSpace, iv: &Interval, extents: usize) -> boo
     extents > space.contiguous_extents(iv.size)
 }
 
+/// Whether the `len` bytes of `intervals` whole intervals at `off` lie in more pieces of
+/// the data file than one write of them would leave, beyond a quarter of their count:
+/// what the idle sweep rewrites ([`SortedStore::sweep_steps`]). One walk of their
+/// extents.
+pub(crate) fn pieces_scattered(space: &FlexSpace, off: u64, len: u64, intervals: usize) -> bool {
+    space.pieces_in(off, len) > space.contiguous_extents(len) + intervals / 4
+}
+
 /// Whether an interval of `records` records in `extents` extents is spread over more
 /// extents than half its records (FlexDB §5.2): rewrite it whole on its next update.
 pub(crate) fn fragmented(extents: usize, records: usize) -> bool {
@@ -379,11 +387,9 @@ impl SortedStore {
             let st = store.state.read();
             store.fit_cache(&st);
             store.refresh_spots(&st, None, None);
-            // As a step of the sweep judges its bytes, for the whole keyspace (one walk
-            // of the tree's extents).
-            let len = st.space.len();
+            // As a step of the sweep judges its bytes, for the whole keyspace.
             store.sweep.lock().scattered =
-                st.space.pieces_in(0, len) > st.space.contiguous_extents(len) + st.index.len() / 4;
+                pieces_scattered(&st.space, 0, st.space.len(), st.index.len());
         }
         Ok(store)
     }
