@@ -569,16 +569,32 @@ impl SortedStore {
     /// of writes, only commits that changed at least as many keys as the keyspace has
     /// intervals, so that a load followed at once by a trickle (YCSB E after its load)
     /// is swept, but a steady trickle does not bring a pass after every commit; or any
-    /// commit, if the keyspace lay scattered when it was opened ([`Sweep::scattered`]),
-    /// so that a database reopened under a steady trickle is swept once.
+    /// commit, if the keyspace has lain scattered since it was opened
+    /// ([`Sweep::scattered`]), so that a database reopened under a steady trickle is
+    /// swept once. The first such commit judges the whole keyspace as a step judges its
+    /// bytes ([`pieces_scattered`]: one walk of the tree's extents, here rather than in
+    /// `open`, which a process that only reads pays for too).
     pub(crate) fn sweep_due(&self, trickle: bool) -> bool {
         let (under_way, changed, scattered) = {
             let sweep = self.sweep.lock();
             (sweep.at.is_some(), sweep.changed, sweep.scattered)
         };
-        under_way
-            || changed > 0
-                && (!trickle || scattered || changed >= self.state.read().index.len() as u64)
+        if under_way || changed == 0 || !trickle {
+            return under_way || changed > 0;
+        }
+        let judged = {
+            let st = self.state.read();
+            if changed >= st.index.len() as u64 {
+                return true;
+            }
+            match scattered {
+                Some(scattered) => return scattered,
+                None => pieces_scattered(&st.space, 0, st.space.len(), st.index.len()),
+            }
+        };
+        // After the state lock is let go: the two are never held together.
+        self.sweep.lock().scattered = Some(judged);
+        judged
     }
 
     /// Takes up to `steps` steps of the committer's sweep of scattered intervals, which
@@ -612,7 +628,7 @@ impl SortedStore {
                 ),
                 None if sweep.changed > 0 => {
                     sweep.changed = 0;
-                    sweep.scattered = false;
+                    sweep.scattered = Some(false);
                     (Vec::new(), 0, Vec::new(), sync_every)
                 }
                 None => return Ok(false),

@@ -117,11 +117,12 @@ pub(crate) struct Sweep {
     /// Bytes a pass rewrites between two syncs of the space (a field so that tests
     /// can make a pass sync often).
     pub(crate) sync_every: u64,
-    /// Whether the keyspace lay scattered when it was opened and no pass has begun
-    /// since: its first commit then makes a pass due even beside a trickle of writes
+    /// Since the keyspace was opened and until a pass begins: whether it lies
+    /// scattered (`None` until the first commit beside a trickle asks). If it does, a
+    /// commit makes a pass due even beside a trickle of writes
     /// ([`SortedStore::sweep_due`]), which alone would take a long time to change as
     /// many keys as the keyspace has intervals.
-    pub(crate) scattered: bool,
+    pub(crate) scattered: Option<bool>,
 }
 
 impl Default for Sweep {
@@ -132,7 +133,7 @@ impl Default for Sweep {
             unsynced: 0,
             synced_at: Vec::new(),
             sync_every: super::commit::SWEEP_SYNC,
-            scattered: false,
+            scattered: Some(false),
         }
     }
 }
@@ -379,17 +380,18 @@ impl SortedStore {
             rewrites_unsynced: AtomicU64::new(0),
             // Not at open: a process that opens a database only to read it (the
             // command line's `get`, `scan`, `dump`) should not write. The first
-            // commit marks a pass due.
-            sweep: Mutex::default(),
+            // commit marks a pass due; beside a trickle, if the keyspace lies
+            // scattered, which the committer judges then.
+            sweep: Mutex::new(Sweep {
+                scattered: None,
+                ..Sweep::default()
+            }),
             views: Views::default(),
         };
         {
             let st = store.state.read();
             store.fit_cache(&st);
             store.refresh_spots(&st, None, None);
-            // As a step of the sweep judges its bytes, for the whole keyspace.
-            store.sweep.lock().scattered =
-                pieces_scattered(&st.space, 0, st.space.len(), st.index.len());
         }
         Ok(store)
     }
