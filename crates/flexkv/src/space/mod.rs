@@ -221,11 +221,16 @@ impl Cursor<'_> {
     /// far did not end at `off`, the walk starts again there (one search of the tree).
     pub fn shortcut_at(&mut self, off: u64, len: u64) -> Option<Shortcut> {
         if off != self.off {
-            self.extents = self.space.tree.extents_from(off);
-            self.current = self.extents.next();
-            self.off = off;
+            self.start_at(off, None);
         }
         self.shortcut(len)
+    }
+
+    /// Starts the walk again at `off`, at `hint` if it still holds, else by a search.
+    fn start_at(&mut self, off: u64, hint: Option<Hint>) {
+        self.extents = self.space.tree.extents_hinted(off, hint).0;
+        self.current = self.extents.next();
+        self.off = off;
     }
 
     /// Moves the cursor past the `len` bytes at `off` without reading them, if it is
@@ -256,9 +261,7 @@ impl Cursor<'_> {
                 Some(Shortcut::Hint(h)) => Some(h),
                 _ => None,
             };
-            self.extents = self.space.tree.extents_hinted(off, hint).0;
-            self.current = self.extents.next();
-            self.off = off;
+            self.start_at(off, hint);
         }
         let shortcut = self.shortcut(buf.len() as u64);
         self.space.fill_runs_of(&self.runs, buf, false, |_| true)?;
