@@ -33,6 +33,10 @@ type NodeId = usize;
 /// five rounds) and 10M UDB YCSB's load 1.07 (six of six), while YCSB A after it ran
 /// 0.92 (three of four behind; docs/benchmarks.md, seventieth session).
 pub(crate) const FANOUT: usize = 128;
+const _: () = assert!(
+    FANOUT <= keys::HEADS_INLINE,
+    "a full node's heads fit inside it"
+);
 
 /// The shortest prefix of `next` that sorts above `prev`, which sorts below `next`:
 /// the index key for an interval that starts at `next` right after `prev`. Any key
@@ -229,7 +233,11 @@ impl SparseIndex {
         let mut shift = 0;
         let mut id = self.root;
         loop {
-            match &self.nodes[id] {
+            let node = &self.nodes[id];
+            // The whole node at once, its keys' heads among it: their lines arrive
+            // together, where asking for the heads waited for the node's first line.
+            crate::prefetch::prefetch(std::slice::from_ref(node));
+            match node {
                 Node::Internal {
                     pivots,
                     children,
@@ -643,6 +651,19 @@ impl SparseIndex {
                 }
         };
         self.nodes.iter().map(node).sum::<usize>() + self.free.capacity() * 8
+    }
+
+    /// How many live nodes keep their keys' heads outside the node.
+    #[cfg(test)]
+    fn nodes_with_heads_outside(&self) -> usize {
+        let live = |id: &NodeId| !self.free.contains(id);
+        (0..self.nodes.len())
+            .filter(live)
+            .filter(|&id| match &self.nodes[id] {
+                Node::Leaf { keys, .. } => keys.heads_outside(),
+                Node::Internal { pivots, .. } => pivots.heads_outside(),
+            })
+            .count()
     }
 
     /// The last interval.

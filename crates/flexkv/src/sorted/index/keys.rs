@@ -8,7 +8,8 @@
 //! - `bytes`: every key back to back, and `ends`, where each one ends;
 //! - `prefix`: how many leading bytes all its keys share;
 //! - `heads`: the 4 bytes of each key after that prefix (zero-padded, big-endian),
-//!   side by side.
+//!   side by side, inside the struct (so inside the index's node) for up to
+//!   [`HEADS_INLINE`] keys.
 //!
 //! A search compares the key's own head with `heads` and looks at a stored key's bytes
 //! only when the heads are equal. The prefix itself is kept in the struct too (`lead`,
@@ -18,8 +19,16 @@
 //! thirty-fifth session). Heads preserve order (a shorter key padded with zeros
 //! never sorts above a longer one it is a prefix of), so the result is exactly that of
 //! comparing whole keys.
+//!
+//! Inside the node, the heads' lines are asked for with the node's own
+//! (`SparseIndex::walk` asks for the whole node as it reaches it); in an allocation of
+//! their own, a descent waited at each level for the node's line to learn where they
+//! were, then for them. A descent of an index of 900K intervals (a 10M load's) ran
+//! 1.17 times as fast (docs/benchmarks.md, seventy-fifth session).
 
 use std::cmp::Ordering;
+
+use smallvec::SmallVec;
 
 use super::grow;
 use crate::sorted::interval::{common_prefix, head};
@@ -28,7 +37,10 @@ use crate::sorted::interval::{common_prefix, head};
 pub(super) struct Keys {
     bytes: Vec<u8>,
     ends: Vec<u32>,
-    heads: Vec<u32>,
+    /// Inside the struct (and so inside the node) for up to [`HEADS_INLINE`] keys:
+    /// a descent that knows a node's place can ask for its heads at once, where a
+    /// separate allocation had to wait for the node's pointer to it first.
+    heads: SmallVec<[u32; HEADS_INLINE]>,
     prefix: usize,
     /// The first `prefix` bytes every key starts with, if they are at most [`LEAD`].
     lead: [u8; LEAD],
@@ -36,6 +48,10 @@ pub(super) struct Keys {
 
 /// The longest shared prefix kept in the struct; a longer one is read from the first key.
 const LEAD: usize = 16;
+
+/// Heads kept inside the struct: a node of the default fanout
+/// ([`FANOUT`](super::FANOUT)) holds them all until the insert that splits it.
+pub(super) const HEADS_INLINE: usize = 128;
 
 impl Keys {
     /// The keys of `keys`, which must be in increasing order.
@@ -130,7 +146,6 @@ impl Keys {
     /// keys at a time, not by doubling ([`grow`]).
     pub(super) fn insert(&mut self, i: usize, key: &[u8]) {
         grow(&mut self.ends, 1);
-        grow(&mut self.heads, 1);
         grow(&mut self.bytes, key.len());
         let at = self.start(i);
         self.bytes.splice(at..at, key.iter().copied());
@@ -191,9 +206,21 @@ impl Keys {
         self.heads = (0..self.len()).map(|i| head(self.get(i), p)).collect();
     }
 
+    /// Whether the heads lie outside the struct (more than [`HEADS_INLINE`] keys).
+    #[cfg(test)]
+    pub(super) fn heads_outside(&self) -> bool {
+        self.heads.spilled()
+    }
+
     /// Bytes of memory held.
     pub(super) fn memory_bytes(&self) -> usize {
-        self.bytes.capacity() + 4 * self.ends.capacity() + 4 * self.heads.capacity()
+        // Heads inside the struct are counted with the node.
+        let heads = if self.heads.spilled() {
+            4 * self.heads.capacity()
+        } else {
+            0
+        };
+        self.bytes.capacity() + 4 * self.ends.capacity() + heads
     }
 }
 
