@@ -24,7 +24,7 @@
 //! (`SparseIndex::walk` asks for the whole node as it reaches it); in an allocation of
 //! their own, a descent waited at each level for the node's line to learn where they
 //! were, then for them. A descent of an index of 900K intervals (a 10M load's) ran
-//! 1.17 times as fast (docs/benchmarks.md, seventy-fifth session).
+//! 1.23 times as fast (docs/benchmarks.md, seventy-fifth session).
 
 use std::cmp::Ordering;
 
@@ -143,7 +143,8 @@ impl Keys {
     }
 
     /// Puts `key` at position `i` (the caller keeps the order). The vectors grow a few
-    /// keys at a time, not by doubling ([`grow`]).
+    /// keys at a time, not by doubling ([`grow`]); the heads have a full node's room
+    /// inside the struct already.
     pub(super) fn insert(&mut self, i: usize, key: &[u8]) {
         grow(&mut self.ends, 1);
         grow(&mut self.bytes, key.len());
