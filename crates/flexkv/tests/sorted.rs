@@ -612,8 +612,8 @@ fn a_load_is_swept_beside_a_trickle_of_writes() {
 }
 
 /// Rewriting scattered intervals for the reads leaves the FlexTree fewer extents to
-/// hold, and the cache gets the memory they gave back at once: with no write to bring
-/// a commit, the cache's share is refitted after the rewrites themselves.
+/// hold, and the cache gets the memory they gave back: with no write to bring a
+/// commit, the cache's share is refitted when the rewrites are synced.
 #[test]
 fn rewrites_for_the_reads_give_the_cache_what_the_tree_gave_back() {
     const BUDGET: usize = 256 << 10;
