@@ -518,9 +518,10 @@ impl SortedStore {
     /// is synced once [`REWRITE_SYNC`] rewrites wait for it (see
     /// [`SortedStore::sync_rewrites`]), and the cache refitted to the smaller tree then,
     /// not after every call: a refit walks both indexes' nodes, and reads that keep
-    /// asking bring a call every few milliseconds (the refits took a third of the
-    /// committer's samples in 10M UDB YCSB E, docs/benchmarks.md, seventy-sixth
-    /// session). Returns how many intervals were rewritten.
+    /// asking bring a call as often as every 10 ms (those refits took a third of the
+    /// committer's samples in 10M UDB YCSB E once the sweep had ended,
+    /// docs/benchmarks.md, seventy-sixth session). Returns how many intervals were
+    /// rewritten.
     pub(crate) fn rewrite_wanted(&self, holds: &LockHolds, stop: impl Fn() -> bool) -> Result<u64> {
         let keys: Vec<Box<[u8]>> = std::mem::take(&mut *self.wanted.lock())
             .into_iter()
