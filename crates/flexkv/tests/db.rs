@@ -1020,6 +1020,55 @@ fn wal_damage_before_the_tail_is_corruption_unless_a_prefix_is_accepted() {
     assert!(db.stats().wal_tail_cut);
 }
 
+/// The WAL segments in the database's directory.
+fn wal_segments(vfs: &FaultVfs) -> Vec<String> {
+    let mut names: Vec<String> = (vfs.list(Path::new(DIR)).unwrap().into_iter())
+        .filter(|n| n.starts_with("wal-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Opening a database that has nothing to replay removes the segments before the one
+/// it starts: each open makes a segment, and with no writes no commit comes to remove
+/// the last one, so a database opened only to read gained a file each time. With
+/// something to replay they stay until its commit; the pairs are there either way.
+#[test]
+fn opens_without_writes_leave_one_wal_segment() {
+    let vfs = FaultVfs::new(23);
+    let db = open(&vfs);
+    db.put(b"k", b"v").unwrap();
+    db.close().unwrap();
+    for _ in 0..5 {
+        let db = open(&vfs);
+        assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+        db.close().unwrap();
+        assert_eq!(wal_segments(&vfs).len(), 1, "{:?}", wal_segments(&vfs));
+    }
+    // A synced write replayed after a crash: the segment holding it stays until the
+    // replay's commit, and that commit removes it.
+    let db = open(&vfs);
+    db.put(b"k2", b"v2").unwrap();
+    db.sync().unwrap();
+    std::mem::forget(db);
+    vfs.crash(flexkv::io::CrashMode::DropUnsynced);
+    let db = open(&vfs);
+    assert_eq!(db.get(b"k2").unwrap().as_deref(), Some(&b"v2"[..]));
+    // A crash right after the replay, most likely before its commit ends: the
+    // segment holding `k2` is still there to replay again.
+    std::mem::forget(db);
+    vfs.crash(flexkv::io::CrashMode::DropUnsynced);
+    let db = open(&vfs);
+    assert_eq!(db.get(b"k2").unwrap().as_deref(), Some(&b"v2"[..]));
+    db.flush().unwrap();
+    db.close().unwrap();
+    let db = open(&vfs);
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(db.get(b"k2").unwrap().as_deref(), Some(&b"v2"[..]));
+    db.close().unwrap();
+    assert_eq!(wal_segments(&vfs).len(), 1, "{:?}", wal_segments(&vfs));
+}
+
 /// Puts keys `0..n` (big-endian u32), key `i` with `len(i)` bytes of `i % 251`, one
 /// batch each; returns what was put.
 fn put_numbered(

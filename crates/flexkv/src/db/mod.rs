@@ -341,6 +341,13 @@ impl Db {
             }
         }
         let last = recovered.last_seq;
+        if memtable.is_empty() && wal.active_segment() > 1 {
+            // Every batch the older segments hold is applied, and no commit will come
+            // to remove them until something is written: without this, each open of a
+            // database that took no writes since the last left one more segment behind
+            // (a `flexkv get` in a loop, a file each), and every open read them all.
+            wal.remove_through(wal.active_segment() - 1)?;
+        }
         // What the WAL replay found is committed first, in the background.
         let frozen = (!memtable.is_empty()).then(|| Frozen {
             table: Arc::new(memtable),
