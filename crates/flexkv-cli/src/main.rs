@@ -75,7 +75,9 @@ enum Command {
         reverse: bool,
     },
     /// Load pairs from FILE (`-` for stdin): lines of key, tab, value, or JSON lines with
-    /// `--json`. Nothing is loaded if any line is malformed, unless `--partial`.
+    /// `--json`. Nothing is loaded if any line is malformed, unless `--partial`. Pairs
+    /// are written in batches of 10,000, each all or nothing: a write that fails (a full
+    /// disk) ends the load with how many pairs were written before it.
     Load {
         file: PathBuf,
         /// Load the lines before the first malformed one, then report it.

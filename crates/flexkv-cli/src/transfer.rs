@@ -119,20 +119,32 @@ impl Input {
 }
 
 /// Writes the pairs of `input` into `ks`, then syncs; returns how many, or the input's
-/// error after writing what came before it.
+/// error after writing what came before it. A write or the sync that fails (a full
+/// disk) ends the load with the engine's error and how many pairs, in the input's
+/// order, were written before it: each batch is all or nothing, so the database holds
+/// exactly those once reopened, unless the machine stops before they reach the disk.
 pub fn load(db: &Db, ks: &Keyspace, input: Input) -> CliResult<u64> {
     let Input { pairs, failure } = input;
     let bar = progress(Some(pairs.len() as u64), "loading");
+    let mut written = 0;
+    let midway = |e: flexkv::Error, written: usize| {
+        Failure(format!(
+            "{e}; the first {written} of {} pairs were written before it, without the \
+             load's sync",
+            pairs.len()
+        ))
+    };
     for chunk in pairs.chunks(BATCH_PAIRS) {
         let mut b = WriteBatch::new();
         b.durability(Durability::Buffered);
         for (k, v) in chunk {
             b.put(ks, k, v)?;
         }
-        db.write(b)?;
+        db.write(b).map_err(|e| midway(e, written))?;
+        written += chunk.len();
         bar.inc(chunk.len() as u64);
     }
-    db.sync()?;
+    db.sync().map_err(|e| midway(e, written))?;
     bar.finish_and_clear();
     match failure {
         Some(f) => Err(Failure(format!(

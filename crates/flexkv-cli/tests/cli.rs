@@ -170,6 +170,58 @@ fn a_malformed_load_line_loads_nothing_unless_partial() {
     );
 }
 
+/// A load that the disk stops midway (files limited to 2 MiB by `ulimit -f`, as a full
+/// disk would; `SIGXFSZ` ignored, so writes past it fail with `EFBIG` instead of
+/// killing the process) fails with the engine's error and says how many pairs it wrote
+/// first; reopened without the limit, the database holds exactly those.
+#[test]
+fn a_load_the_disk_stops_says_how_many_pairs_it_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let file = dir.path().join("pairs.tsv");
+    let total = 60_000;
+    let value = "v".repeat(100);
+    let lines: String = (0..total).map(|i| format!("k{i:06}\t{value}\n")).collect();
+    std::fs::write(&file, lines).unwrap();
+    flexkv(&db).args(["put", "before", "1"]).assert().success();
+    let mut limited = Command::new("sh");
+    limited
+        .arg("-c")
+        .arg("ulimit -f 4096 && trap '' XFSZ && exec \"$0\" \"$@\"")
+        .arg(assert_cmd::cargo::cargo_bin("flexkv"))
+        .arg("--db")
+        .arg(&db)
+        .arg("load")
+        .arg(&file)
+        .env_remove("FLEXKV_DB");
+    let out = limited.output().unwrap();
+    assert!(!out.status.success(), "the limited load succeeded");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
+    assert!(err.contains("File too large"), "{err:?}");
+    let tail = format!(" of {total} pairs were written before it");
+    let written: usize = err
+        .split_once("the first ")
+        .and_then(|(_, rest)| rest.split_once(&tail))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("{err:?} does not say how many pairs were written"));
+    assert!(written > 0 && written < total, "{err:?}");
+    let keys: Vec<String> = stdout(flexkv(&db).arg("scan"))
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = std::iter::once("before".to_string())
+        .chain((0..written).map(|i| format!("k{i:06}")))
+        .collect();
+    assert!(
+        keys == expected,
+        "{} keys from {:?} to {:?}, not the {written} written and \"before\"",
+        keys.len(),
+        keys.first(),
+        keys.last()
+    );
+}
+
 #[test]
 fn every_error_is_one_line_and_a_failure_status() {
     let dir = tempfile::tempdir().unwrap();
