@@ -146,6 +146,12 @@ impl Cli {
         Ok(Db::builder(&self.db).create_if_missing(create).open()?)
     }
 
+    /// Opens the database read-only, for the commands that only read: they change
+    /// nothing in its directory, and work on a full disk or a read-only mount.
+    fn open_to_read(&self) -> CliResult<Db> {
+        Ok(Db::builder(&self.db).read_only(true).open()?)
+    }
+
     /// The keyspace to act on; a missing one is created only if `create`.
     fn keyspace(&self, db: &Db, create: bool) -> CliResult<Keyspace> {
         let known = db.keyspaces();
@@ -183,7 +189,7 @@ fn run(cli: &Cli) -> CliResult {
         Command::Version => println!("{}", version_text()),
         Command::Get { key } => {
             let key = cli.decode(key, "key")?;
-            let db = cli.open(false)?;
+            let db = cli.open_to_read()?;
             let ks = cli.keyspace(&db, false)?;
             let value = ks
                 .get(&key)?
@@ -215,7 +221,7 @@ fn run(cli: &Cli) -> CliResult {
             limit,
             reverse,
         } => {
-            let db = cli.open(false)?;
+            let db = cli.open_to_read()?;
             let ks = cli.keyspace(&db, false)?;
             let it = match prefix {
                 Some(p) => ks.prefix(&cli.decode(p, "prefix")?),
@@ -274,13 +280,13 @@ fn run(cli: &Cli) -> CliResult {
             eprintln!("loaded {n} pairs");
         }
         Command::Dump { output } => {
-            let db = cli.open(false)?;
+            let db = cli.open_to_read()?;
             let ks = cli.keyspace(&db, false)?;
             transfer::dump(&ks, output.as_deref(), cli.encoding(), cli.json)?;
             db.close()?;
         }
         Command::Stats => {
-            let db = cli.open(false)?;
+            let db = cli.open_to_read()?;
             let s = db.stats();
             let fields: Vec<(&str, serde_json::Value)> = vec![
                 ("visible_seq", s.visible_seq.into()),
@@ -334,7 +340,7 @@ fn run(cli: &Cli) -> CliResult {
         }
         Command::Bench(args) => bench::run(args)?,
         Command::Check => {
-            let db = cli.open(false)?;
+            let db = cli.open_to_read()?;
             let r = db.check()?;
             writeln!(
                 out,

@@ -170,6 +170,61 @@ fn a_malformed_load_line_loads_nothing_unless_partial() {
     );
 }
 
+/// Every file under `dir` and its bytes.
+fn tree(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(tree(&path));
+        } else {
+            out.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The commands that only read open the database read-only: its directory is the same,
+/// byte for byte, after each of them (an open for writing starts a WAL segment, and a
+/// close checkpoints), and a write after them works as before.
+#[test]
+fn the_reading_commands_change_nothing_in_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    for i in 0..50 {
+        flexkv(&db)
+            .args(["put", &format!("k{i:02}"), &format!("v{i}")])
+            .assert()
+            .success();
+    }
+    flexkv(&db)
+        .args(["--keyspace", "other", "put", "o", "1"])
+        .assert()
+        .success();
+    let before = tree(&db);
+    assert_eq!(stdout(flexkv(&db).args(["get", "k07"])), "v7\n");
+    assert_eq!(stdout(flexkv(&db).arg("scan")).lines().count(), 50);
+    assert_eq!(stdout(flexkv(&db).arg("dump")).lines().count(), 51);
+    assert!(stdout(flexkv(&db).args(["--json", "stats"])).contains("intervals"));
+    assert!(stdout(flexkv(&db).arg("check")).starts_with("ok:"));
+    assert_eq!(
+        stdout(flexkv(&db).args(["--keyspace", "other", "get", "o"])),
+        "1\n"
+    );
+    fails(
+        flexkv(&db).args(["--keyspace", "nope", "scan"]),
+        "unknown keyspace",
+    );
+    fails(flexkv(&db).args(["get", "missing"]), "not found");
+    assert!(
+        tree(&db) == before,
+        "a reading command changed the directory"
+    );
+    flexkv(&db).args(["put", "k07", "w"]).assert().success();
+    assert_eq!(stdout(flexkv(&db).args(["get", "k07"])), "w\n");
+}
+
 /// A load that the disk stops midway (files limited to 2 MiB by `ulimit -f`, as a full
 /// disk would; `SIGXFSZ` ignored, so writes past it fail with `EFBIG` instead of
 /// killing the process) fails with the engine's error and says how many pairs it wrote

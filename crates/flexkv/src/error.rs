@@ -45,6 +45,10 @@ pub enum Error {
     Poisoned,
     /// The handle was closed ([`Db::close`](crate::Db::close)); open the database again.
     Closed,
+    /// The database was opened read-only ([`Builder::read_only`](crate::Builder::read_only)):
+    /// a write, a sync, a flush, a GC pass or a new keyspace was refused, and nothing
+    /// was changed. What is being refused is named (an operation, or a file).
+    ReadOnly(String),
     /// A background thread (the committer or the value-log GC) panicked: a bug in flexkv,
     /// or in the [`Vfs`](crate::io::Vfs) it was given. What the thread was changing may
     /// be half made, so from then on writes, and reads that reach the sorted keyspace
@@ -114,6 +118,7 @@ impl Error {
             Error::NoSpace(m) => Error::NoSpace(m.clone()),
             Error::Poisoned => Error::Poisoned,
             Error::Closed => Error::Closed,
+            Error::ReadOnly(m) => Error::ReadOnly(m.clone()),
             Error::Panicked { thread, message } => Error::Panicked {
                 thread,
                 message: message.clone(),
@@ -167,6 +172,7 @@ impl fmt::Display for Error {
                  reopen to recover from what is durable",
             ),
             Error::Closed => f.write_str("the database was closed; open it again"),
+            Error::ReadOnly(what) => write!(f, "the database is open read-only: {what}"),
             Error::Panicked { thread, message } => write!(
                 f,
                 "flexkv's {thread} thread panicked ({message}); reopen to recover from \

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock};
 
-use crate::io::{FileLock, Vfs};
+use crate::io::{FileLock, ReadOnlyVfs, Vfs};
 use crate::memtable::{self, BatchEntry, ChunkPool, KeyspaceId, Memtable, Value};
 use crate::mvcc::{Snapshots, Visibility};
 use crate::sorted::commit::LockHolds;
@@ -268,8 +268,17 @@ impl Db {
         }
         let scan_read_threads = opts.scan_read_threads;
         let poll_syncs = opts.poll_syncs;
+        if opts.read_only {
+            // Every component below asks it, and anything that would still change a
+            // file is refused there.
+            opts.vfs = Arc::new(ReadOnlyVfs::new(Arc::clone(&opts.vfs)));
+        }
         let vfs = Arc::clone(&opts.vfs);
-        let fresh = check_directory(vfs.as_ref(), path, opts.create_if_missing)?;
+        let fresh = check_directory(
+            vfs.as_ref(),
+            path,
+            opts.create_if_missing && !opts.read_only,
+        )?;
         if fresh {
             vfs.create_dir_all(path)?;
         }
@@ -337,11 +346,13 @@ impl Db {
                 }
                 vlog.set_store_counts(&counts);
                 manifest.vlog_store = Some(counts);
-                manifest.write(vfs.as_ref(), path)?;
+                if !vfs.read_only() {
+                    manifest.write(vfs.as_ref(), path)?;
+                }
             }
         }
         let last = recovered.last_seq;
-        if memtable.is_empty() && wal.active_segment() > 1 {
+        if memtable.is_empty() && wal.active_segment() > 1 && !vfs.read_only() {
             // Every batch the older segments hold is applied, and no commit will come
             // to remove them until something is written: without this, each open of a
             // database that took no writes since the last left one more segment behind
@@ -389,6 +400,12 @@ impl Db {
             stats: Counters::default(),
             wal_tail_cut: recovered.cut_tail,
         });
+        if inner.opts.read_only {
+            // Nothing to commit or collect: the replayed memtable stays in memory.
+            let inner = Handle::new(inner);
+            let default = Keyspace::new(inner.clone(), 0, manifest::DEFAULT);
+            return Ok(Db { inner, default });
+        }
         let worker = Arc::clone(&inner);
         let thread = std::thread::Builder::new()
             .name("flexkv-committer".into())
@@ -421,6 +438,9 @@ impl Db {
         check_keyspace_name(name)?;
         if let Some(&id) = self.inner.names.read().get(name) {
             return Ok(Keyspace::new(self.inner.clone(), id, name));
+        }
+        if self.inner.opts.read_only {
+            return Err(Error::ReadOnly(format!("no keyspace {name:?} to open")));
         }
         let mut manifest = self.inner.manifest.lock();
         if let Some(&id) = self.inner.names.read().get(name) {
@@ -634,6 +654,11 @@ impl Inner {
 
     fn check_writable(&self) -> Result<()> {
         self.check_open()?;
+        if self.opts.read_only {
+            return Err(Error::ReadOnly(
+                "writes, syncs, flushes and GC are refused".into(),
+            ));
+        }
         if self.poisoned.load(Ordering::Acquire) || self.sync.failed() {
             return Err(Error::Poisoned);
         }
@@ -642,6 +667,13 @@ impl Inner {
 
     fn close(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if self.opts.read_only {
+            // Nothing was written, and nothing is to be: the stores go (their spaces
+            // were closed from the start) and the lock with them.
+            self.stores.write().clear();
+            self.lock.lock().take();
             return Ok(());
         }
         self.group.close();

@@ -54,6 +54,7 @@ pub enum WalRecovery {
 pub struct Options {
     pub(crate) vfs: Arc<dyn Vfs>,
     pub(crate) create_if_missing: bool,
+    pub(crate) read_only: bool,
     pub(crate) value_threshold: usize,
     pub(crate) wal_segment_size: u64,
     pub(crate) vlog_segment_size: u64,
@@ -139,6 +140,7 @@ impl Default for Options {
         Options {
             vfs: Arc::new(RealVfs),
             create_if_missing: true,
+            read_only: false,
             value_threshold: 4096,
             wal_segment_size: 64 << 20,
             vlog_segment_size: 64 << 20,
@@ -191,6 +193,23 @@ impl Builder {
     /// Whether to create the database if the directory holds none (default `true`).
     pub fn create_if_missing(mut self, yes: bool) -> Self {
         self.opts.create_if_missing = yes;
+        self
+    }
+
+    /// Opens the database read-only (default `false`): nothing in its directory is
+    /// created, changed or removed, and its files are opened for reading only, so a
+    /// database on a full disk, a read-only mount or read-only files opens too (the
+    /// lock file must exist, as it does in every database). Reads, iterators,
+    /// snapshots, [`Db::stats`](crate::Db::stats) and [`Db::check`](crate::Db::check)
+    /// work; a write, [`Db::sync`](crate::Db::sync), [`Db::flush`](crate::Db::flush),
+    /// [`Db::gc`](crate::Db::gc) and a keyspace that does not exist yet fail with
+    /// [`Error::ReadOnly`](crate::Error::ReadOnly). What the WAL holds beyond the
+    /// committed keyspaces (after a crash) is replayed into memory as on any open, and
+    /// left in the WAL; a torn tail is read up to the tear and left in place. No
+    /// background thread runs. The lock is taken as on any open, so a database another
+    /// handle has open fails with [`Error::Locked`](crate::Error::Locked).
+    pub fn read_only(mut self, yes: bool) -> Self {
+        self.opts.read_only = yes;
         self
     }
 

@@ -513,7 +513,7 @@ impl Vfs for FaultVfs {
                 ))
             }
             (Some(ino), _) => ino,
-            (None, OpenMode::Existing) => return Err(not_found("open", path)),
+            (None, OpenMode::Existing | OpenMode::ReadOnly) => return Err(not_found("open", path)),
             (None, _) if !s.parent_exists(path) => return Err(not_found("open", path)),
             (None, _) => s.link_new(path),
         };

@@ -23,9 +23,11 @@
 //!   only while nothing writes them.
 
 mod fault;
+mod readonly;
 mod real;
 
 pub use fault::{CrashMode, FaultVfs};
+pub(crate) use readonly::ReadOnlyVfs;
 pub use real::RealVfs;
 
 use std::fmt;
@@ -36,8 +38,8 @@ use std::sync::Arc;
 
 use crate::{Error, Result};
 
-/// How [`Vfs::open`] treats a file that does or does not exist. Files are always
-/// opened for reading and writing.
+/// How [`Vfs::open`] treats a file that does or does not exist. Files are opened for
+/// reading and writing, except with `ReadOnly`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenMode {
     /// Open the file if it exists, create it empty if it does not.
@@ -46,6 +48,9 @@ pub enum OpenMode {
     CreateNew,
     /// Open an existing file; fail if it does not exist.
     Existing,
+    /// Open an existing file for reading only (a database opened read-only, on a
+    /// read-only mount too); fail if it does not exist.
+    ReadOnly,
 }
 
 /// A file system: the directory operations of flexkv.
@@ -67,6 +72,12 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     /// Takes an exclusive lock on the file at `path` (created if missing), held until
     /// the returned guard is dropped. Fails with [`Error::Locked`] if anyone else holds it.
     fn lock(&self, path: &Path) -> Result<FileLock>;
+    /// Whether this file system refuses every change (a database opened read-only):
+    /// recovery then replays what it finds without cutting, truncating or starting
+    /// anything.
+    fn read_only(&self) -> bool {
+        false
+    }
 }
 
 /// How many bytes an append-only writer (the space's segments, the value log) lets

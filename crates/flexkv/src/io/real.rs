@@ -39,11 +39,11 @@ struct RealFile {
 impl Vfs for RealVfs {
     fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn VfsFile>> {
         let mut opts = OpenOptions::new();
-        opts.read(true).write(true);
+        opts.read(true).write(mode != OpenMode::ReadOnly);
         match mode {
             OpenMode::Create => opts.create(true),
             OpenMode::CreateNew => opts.create_new(true),
-            OpenMode::Existing => &mut opts,
+            OpenMode::Existing | OpenMode::ReadOnly => &mut opts,
         };
         let file = open_noatime(&opts, path).map_err(|e| Error::io("open", path, e))?;
         Ok(Arc::new(RealFile {
@@ -98,6 +98,14 @@ impl Vfs for RealVfs {
             .create(true)
             .truncate(false)
             .open(path)
+            .or_else(|e| match e.kind() {
+                // A lock file on a read-only mount (or one this user may not write)
+                // locks as well opened for reading, if it exists.
+                std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
+                    File::open(path).map_err(|_| e)
+                }
+                _ => Err(e),
+            })
             .map_err(|e| Error::io("lock", path, e))?;
         match file.try_lock() {
             Ok(()) => Ok(FileLock::new(file)),

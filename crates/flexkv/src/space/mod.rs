@@ -599,13 +599,17 @@ impl FlexSpace {
         // under a header that says so: a build that knows only the older one then
         // refuses the log instead of misreading the newer blocks.
         let old_format = contents.epoch == Some(treefile.seq()) && contents.version < log::VERSION;
+        // Opened read-only, the space changes nothing on disk: it replays the log as it
+        // reads, appends nothing (so stale blocks past it do no harm), and neither
+        // checkpoints nor restarts the log.
+        let read_only = vfs.read_only();
         if contents.epoch == Some(treefile.seq()) {
             // Blocks past the last whole commit (a commit a crash tore, whose later
             // blocks the disk may have written before an earlier one) go before anything
             // is appended: the next commit reuses their numbers, and a stale block left
             // after it would read as part of it.
             let end = contents.next_block * log::BLOCK as u64;
-            if log_file.len()? > end {
+            if !read_only && log_file.len()? > end {
                 log_file.set_len(end)?;
                 log_file.sync()?;
             }
@@ -621,7 +625,7 @@ impl FlexSpace {
                     )
                 })?;
             }
-        } else {
+        } else if !read_only {
             log.reset(&*log_file, treefile.seq())?;
         }
         let data_len = data.len()?;
@@ -663,12 +667,14 @@ impl FlexSpace {
                     std::sync::atomic::AtomicU64::new(0);
                 OPENINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             },
-            closed: false,
+            // A read-only space is closed from the start: nothing is written when it
+            // is closed or dropped.
+            closed: read_only,
             _lock: lock,
         };
         space.refresh_stats();
         space.fit_window();
-        if old_format {
+        if old_format && !read_only {
             space.checkpoint()?;
         }
         Ok(space)

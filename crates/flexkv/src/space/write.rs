@@ -523,6 +523,9 @@ impl FlexSpace {
     /// whose database closed): reads still work, and nothing more is written, not even
     /// when the last holder drops it.
     pub fn close_in_place(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
         self.guarded(|s| {
             s.commit()?;
             s.checkpoint_now()

@@ -384,6 +384,10 @@ impl ValueLog {
     /// Cuts the active segment back to its last whole record, durably: a torn tail left
     /// by a crash must not be read as a record after new appends land beside it.
     pub(crate) fn cut_tail(&self) -> Result<()> {
+        if self.vfs.read_only() {
+            // Nothing is appended: a torn tail stays, unread.
+            return Ok(());
+        }
         let mut a = self.active.lock();
         if a.file.len()? != a.len {
             a.file.set_len(a.len)?;

@@ -76,6 +76,9 @@ pub(crate) struct Wal {
     writer: Mutex<Writer>,
     /// The active segment, for syncs that run beside the next leader's write.
     current: Mutex<Arc<dyn VfsFile>>,
+    /// Where a read-only open found the log torn (segment, offset), which it left as it
+    /// was: [`Wal::check`] reads the log up to there.
+    torn_at: Option<(u32, u64)>,
     /// The framed record being written, kept between appends (locked inside `writer`).
     frame: Mutex<Vec<u8>>,
     bytes_written: AtomicU64,
@@ -207,6 +210,7 @@ impl Wal {
         }
 
         let cut_tail = cut.is_some();
+        let mut torn_at = None;
         if let Some((id, offset, reason)) = cut {
             let lost = last.map_or(applied + 1, |l| l + 1);
             if !accept_prefix {
@@ -234,7 +238,12 @@ impl Wal {
                     }
                 }
             }
-            cut_log(vfs.as_ref(), dir, &ids, id, offset)?;
+            // Read-only, the log is read up to the tear and left as it is.
+            if vfs.read_only() {
+                torn_at = Some((id, offset));
+            } else {
+                cut_log(vfs.as_ref(), dir, &ids, id, offset)?;
+            }
         }
 
         for g in &mut groups {
@@ -246,7 +255,19 @@ impl Wal {
         }
         groups.retain(|g| !g.batches.is_empty());
         let next_id = ids.last().map_or(1, |i| i + 1);
-        let writer = create_segment(vfs.as_ref(), dir, next_id)?;
+        let writer = if vfs.read_only() {
+            // A database opened read-only writes nothing: its writer stands for the
+            // segment it would have started, which refuses every write.
+            Writer {
+                id: next_id,
+                file: vfs.open(&dir.join(segment_name(next_id)), OpenMode::CreateNew)?,
+                len: 0,
+                allocated: 0,
+                started: 0,
+            }
+        } else {
+            create_segment(vfs.as_ref(), dir, next_id)?
+        };
         let wal = Wal {
             current: Mutex::new(Arc::clone(&writer.file)),
             writer: Mutex::new(writer),
@@ -257,6 +278,7 @@ impl Wal {
             bytes_written: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             sync_micros: AtomicU64::new(0),
+            torn_at,
         };
         let recovered = Recovered {
             groups,
@@ -376,6 +398,9 @@ impl Wal {
         };
         let mut records = 0;
         for id in ids {
+            if self.torn_at.is_some_and(|(torn, _)| id > torn) {
+                break;
+            }
             let path = self.dir.join(segment_name(id));
             let file = match self.vfs.open(&path, OpenMode::Existing) {
                 Ok(f) => f,
@@ -387,10 +412,10 @@ impl Wal {
                 }
                 Err(e) => return Err(e),
             };
-            let end = if id == active {
-                active_len
-            } else {
-                file.len()?
+            let end = match self.torn_at {
+                Some((torn, at)) if torn == id => at,
+                _ if id == active => active_len,
+                _ => file.len()?,
             };
             let mut data = vec![0; usize::try_from(end).unwrap_or(usize::MAX)];
             file.read_exact_at(&mut data, 0)?;
