@@ -35,11 +35,14 @@ impl Vfs for ReadOnlyVfs {
     /// segment or value-log segment an open would start) is not: it stands as an
     /// empty file that refuses writes, and nothing is made on disk.
     fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn VfsFile>> {
-        if mode == OpenMode::CreateNew {
-            return Ok(Arc::new(Unwritten(path.to_path_buf())));
-        }
-        let file = self.inner.open(path, OpenMode::ReadOnly)?;
-        Ok(Arc::new(ReadOnlyFile { file }))
+        let file = match mode {
+            OpenMode::CreateNew => None,
+            _ => Some(self.inner.open(path, OpenMode::ReadOnly)?),
+        };
+        Ok(Arc::new(ReadOnlyFile {
+            path: path.to_path_buf(),
+            file,
+        }))
     }
 
     fn exists(&self, path: &Path) -> Result<bool> {
@@ -81,39 +84,44 @@ impl Vfs for ReadOnlyVfs {
     }
 }
 
-/// A file of a [`ReadOnlyVfs`]: reads go through, changes fail.
+/// A file of a [`ReadOnlyVfs`]: reads go through, changes fail. Without a `file`, it
+/// is one a read-only database would have created: empty.
 #[derive(Debug)]
 struct ReadOnlyFile {
-    file: Arc<dyn VfsFile>,
+    path: PathBuf,
+    file: Option<Arc<dyn VfsFile>>,
 }
 
 impl VfsFile for ReadOnlyFile {
     fn path(&self) -> &Path {
-        self.file.path()
+        &self.path
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        self.file.read_at(buf, offset)
+        match &self.file {
+            Some(f) => f.read_at(buf, offset),
+            None => Ok(0),
+        }
     }
 
     fn write_at(&self, _data: &[u8], _offset: u64) -> Result<()> {
-        Err(refused("writing", self.path()))
+        Err(refused("writing", &self.path))
     }
 
     fn append(&self, _data: &[u8]) -> Result<u64> {
-        Err(refused("writing", self.path()))
+        Err(refused("writing", &self.path))
     }
 
     fn len(&self) -> Result<u64> {
-        self.file.len()
+        self.file.as_ref().map_or(Ok(0), |f| f.len())
     }
 
     fn set_len(&self, _len: u64) -> Result<()> {
-        Err(refused("resizing", self.path()))
+        Err(refused("resizing", &self.path))
     }
 
     fn punch_hole(&self, _offset: u64, _len: u64) -> Result<()> {
-        Err(refused("punching a hole in", self.path()))
+        Err(refused("punching a hole in", &self.path))
     }
 
     fn sync(&self) -> Result<()> {
@@ -121,62 +129,23 @@ impl VfsFile for ReadOnlyFile {
     }
 
     fn allocate(&self, _len: u64) -> Result<()> {
-        Err(refused("allocating in", self.path()))
+        Err(refused("allocating in", &self.path))
     }
 
     fn start_writeback(&self, _offset: u64, _len: u64) {}
 
     fn read_two_at(&self, head: &mut [u8], body: &mut [u8], offset: u64) -> Result<usize> {
-        self.file.read_two_at(head, body, offset)
+        match &self.file {
+            Some(f) => f.read_two_at(head, body, offset),
+            None => Ok(0),
+        }
     }
 
     fn map(&self, len: u64) -> Option<Mapped> {
-        self.file.map(len)
+        self.file.as_ref()?.map(len)
     }
 
     fn map_window(&self, len: u64) -> Option<Window> {
-        self.file.map_window(len)
-    }
-}
-
-/// A file a read-only database would have created: empty, and refusing writes.
-#[derive(Debug)]
-struct Unwritten(PathBuf);
-
-impl VfsFile for Unwritten {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    fn read_at(&self, _buf: &mut [u8], _offset: u64) -> Result<usize> {
-        Ok(0)
-    }
-
-    fn write_at(&self, _data: &[u8], _offset: u64) -> Result<()> {
-        Err(refused("writing", &self.0))
-    }
-
-    fn append(&self, _data: &[u8]) -> Result<u64> {
-        Err(refused("writing", &self.0))
-    }
-
-    fn len(&self) -> Result<u64> {
-        Ok(0)
-    }
-
-    fn set_len(&self, _len: u64) -> Result<()> {
-        Err(refused("resizing", &self.0))
-    }
-
-    fn punch_hole(&self, _offset: u64, _len: u64) -> Result<()> {
-        Err(refused("punching a hole in", &self.0))
-    }
-
-    fn sync(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn allocate(&self, _len: u64) -> Result<()> {
-        Err(refused("allocating in", &self.0))
+        self.file.as_ref()?.map_window(len)
     }
 }
