@@ -2,6 +2,9 @@
 //! iterators, value separation, reopening, locking and refusing foreign directories.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::open_quiet as open;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,15 +13,6 @@ use flexkv::io::{FaultVfs, OpenMode, Vfs};
 use flexkv::{Db, Durability, Error, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 
 const DIR: &str = "/db";
-
-// These tests place pairs in the memtable or the store on purpose: no idle commits.
-fn open(vfs: &FaultVfs) -> Db {
-    Db::builder(DIR)
-        .vfs(vfs.shared())
-        .idle_commit(Duration::ZERO)
-        .open()
-        .unwrap()
-}
 
 fn open_small_values(vfs: &FaultVfs) -> Db {
     Db::builder(DIR)

@@ -4,22 +4,16 @@
 //! read-only mount does), after a crash that left work in the WAL, or with a torn WAL.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::open_quiet as open;
+
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 use flexkv::io::{CrashMode, FaultVfs, Vfs};
 use flexkv::{Db, Error};
 
 const DIR: &str = "/db";
-
-fn open(vfs: &FaultVfs) -> Db {
-    Db::builder(DIR)
-        .vfs(vfs.shared())
-        .idle_commit(Duration::ZERO)
-        .open()
-        .unwrap()
-}
 
 fn open_read_only(vfs: &FaultVfs) -> flexkv::Result<Db> {
     Db::builder(DIR).vfs(vfs.shared()).read_only(true).open()

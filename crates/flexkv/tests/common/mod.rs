@@ -17,6 +17,17 @@ pub fn small_space() -> SpaceOptions {
     }
 }
 
+/// A database at `/db` that commits a memtable only when it fills, or on `flush` or
+/// `close` (no idle commits), so that a test places pairs in the memtable or the store
+/// on purpose.
+pub fn open_quiet(vfs: &FaultVfs) -> Db {
+    Db::builder("/db")
+        .vfs(vfs.shared())
+        .idle_commit(std::time::Duration::ZERO)
+        .open()
+        .unwrap()
+}
+
 /// A database at `/db` whose intervals churn: values up to 4 KiB stay inline, so
 /// records of hundreds of bytes make intervals split by size as well as by count, and
 /// 32 KiB memtables commit every few hundred writes.
