@@ -225,6 +225,23 @@ fn the_reading_commands_change_nothing_in_the_directory() {
     assert_eq!(stdout(flexkv(&db).args(["get", "k07"])), "w\n");
 }
 
+/// The reading commands share the database with another process's read-only handle
+/// (a shared lock), and a writing command is refused beside it.
+#[test]
+fn reading_commands_open_beside_a_reader_and_writing_ones_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    flexkv(&db).args(["put", "k", "v"]).assert().success();
+    let reader = flexkv::Db::builder(&db).read_only(true).open().unwrap();
+    assert_eq!(stdout(flexkv(&db).args(["get", "k"])), "v\n");
+    assert!(stdout(flexkv(&db).arg("check")).starts_with("ok:"));
+    fails(flexkv(&db).args(["put", "k", "w"]), "locked");
+    assert_eq!(reader.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    reader.close().unwrap();
+    flexkv(&db).args(["put", "k", "w"]).assert().success();
+    assert_eq!(stdout(flexkv(&db).args(["get", "k"])), "w\n");
+}
+
 /// A load that the disk stops midway (files limited to 2 MiB by `ulimit -f`, as a full
 /// disk would; `SIGXFSZ` ignored, so writes past it fail with `EFBIG` instead of
 /// killing the process) fails with the engine's error and says how many pairs it wrote

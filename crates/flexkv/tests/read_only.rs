@@ -157,8 +157,9 @@ fn a_torn_wal_is_read_up_to_the_tear_and_left_as_it_is() {
     assert_ne!(files(&vfs), before);
 }
 
+/// Read-only handles share the database with each other and not with a writer.
 #[test]
-fn a_read_only_open_creates_nothing_and_is_refused_beside_another_handle() {
+fn a_read_only_open_creates_nothing_and_shares_only_with_readers() {
     let vfs = FaultVfs::new(47);
     let r = open_read_only(&vfs);
     assert!(matches!(r, Err(Error::NotADatabase { .. })), "{r:?}");
@@ -168,9 +169,17 @@ fn a_read_only_open_creates_nothing_and_is_refused_beside_another_handle() {
     let r = open_read_only(&vfs);
     assert!(matches!(r, Err(Error::Locked(_))), "{r:?}");
     db.close().unwrap();
-    let ro = open_read_only(&vfs).unwrap();
-    assert_eq!(ro.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
-    // Two read-only handles exclude each other as any two handles do.
-    let r = open_read_only(&vfs);
+    let first = open_read_only(&vfs).unwrap();
+    let second = open_read_only(&vfs).unwrap();
+    for ro in [&first, &second] {
+        assert_eq!(ro.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    }
+    let r = Db::builder(DIR).vfs(vfs.shared()).open();
     assert!(matches!(r, Err(Error::Locked(_))), "{r:?}");
+    first.close().unwrap();
+    let r = Db::builder(DIR).vfs(vfs.shared()).open();
+    assert!(matches!(r, Err(Error::Locked(_))), "{r:?}");
+    second.close().unwrap();
+    let db = open(&vfs);
+    assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
 }

@@ -198,16 +198,16 @@ impl Builder {
 
     /// Opens the database read-only (default `false`): nothing in its directory is
     /// created, changed or removed, and its files are opened for reading only, so a
-    /// database on a full disk, a read-only mount or read-only files opens too (the
-    /// lock file must exist, as it does in every database). Reads, iterators,
+    /// database on a full disk, a read-only mount or read-only files opens too. Reads, iterators,
     /// snapshots, [`Db::stats`](crate::Db::stats) and [`Db::check`](crate::Db::check)
     /// work; a write, [`Db::sync`](crate::Db::sync), [`Db::flush`](crate::Db::flush),
     /// [`Db::gc`](crate::Db::gc) and a keyspace that does not exist yet fail with
     /// [`Error::ReadOnly`](crate::Error::ReadOnly). What the WAL holds beyond the
     /// committed keyspaces (after a crash) is replayed into memory as on any open, and
     /// left in the WAL; a torn tail is read up to the tear and left in place. No
-    /// background thread runs. The lock is taken as on any open, so a database another
-    /// handle has open fails with [`Error::Locked`](crate::Error::Locked).
+    /// background thread runs. The lock is shared: any number of read-only handles, in
+    /// any processes, open a database at once, and none beside a handle that writes
+    /// (either way the later open fails with [`Error::Locked`](crate::Error::Locked)).
     pub fn read_only(mut self, yes: bool) -> Self {
         self.opts.read_only = yes;
         self

@@ -188,7 +188,8 @@ struct State {
     durable_names: BTreeMap<PathBuf, u64>,
     dir_log: Vec<DirOp>,
     dirs: BTreeSet<PathBuf>,
-    locks: BTreeMap<PathBuf, u64>,
+    /// Who holds each lock: one exclusive holder, or shared holders.
+    locks: BTreeMap<PathBuf, LockHeld>,
     next_lock: u64,
     generation: u64,
     ops: u64,
@@ -617,13 +618,46 @@ impl Vfs for FaultVfs {
         }
         let token = s.next_lock;
         s.next_lock += 1;
-        s.locks.insert(path.to_path_buf(), token);
-        Ok(FileLock::new(FaultLock {
+        s.locks
+            .insert(path.to_path_buf(), LockHeld::Exclusive(token));
+        Ok(self.lock_guard(path, token))
+    }
+
+    fn lock_shared(&self, path: &Path) -> Result<FileLock> {
+        let mut s = self.state.lock();
+        self.enter(&mut s, "lock", path)?;
+        if !s.names.contains_key(path) {
+            return Err(not_found("lock", path));
+        }
+        let token = s.next_lock;
+        s.next_lock += 1;
+        match s
+            .locks
+            .entry(path.to_path_buf())
+            .or_insert(LockHeld::Shared(BTreeSet::new()))
+        {
+            LockHeld::Exclusive(_) => return Err(Error::Locked(path.to_path_buf())),
+            LockHeld::Shared(holders) => holders.insert(token),
+        };
+        Ok(self.lock_guard(path, token))
+    }
+}
+
+impl FaultVfs {
+    fn lock_guard(&self, path: &Path, token: u64) -> FileLock {
+        FileLock::new(FaultLock {
             state: Arc::clone(&self.state),
             path: path.to_path_buf(),
             token,
-        }))
+        })
     }
+}
+
+/// Who holds a lock of the fault-injecting file system.
+#[derive(Debug)]
+enum LockHeld {
+    Exclusive(u64),
+    Shared(BTreeSet<u64>),
 }
 
 struct FaultLock {
@@ -636,7 +670,12 @@ impl Drop for FaultLock {
     fn drop(&mut self) {
         let mut s = self.state.lock();
         // After a crash the lock table was cleared and may hold someone else's lock.
-        if s.locks.get(&self.path) == Some(&self.token) {
+        let gone = match s.locks.get_mut(&self.path) {
+            Some(LockHeld::Exclusive(t)) => *t == self.token,
+            Some(LockHeld::Shared(holders)) => holders.remove(&self.token) && holders.is_empty(),
+            None => false,
+        };
+        if gone {
             s.locks.remove(&self.path);
         }
     }

@@ -72,6 +72,13 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     /// Takes an exclusive lock on the file at `path` (created if missing), held until
     /// the returned guard is dropped. Fails with [`Error::Locked`] if anyone else holds it.
     fn lock(&self, path: &Path) -> Result<FileLock>;
+    /// Takes a shared lock on the existing file at `path`: any number of shared locks
+    /// are held at once, and none beside an exclusive one ([`Vfs::lock`]), so readers
+    /// exclude a writer and not each other. Fails with [`Error::Locked`] if anyone holds
+    /// the exclusive lock. The default takes the exclusive one, which excludes more.
+    fn lock_shared(&self, path: &Path) -> Result<FileLock> {
+        self.lock(path)
+    }
     /// Whether this file system refuses every change (a database opened read-only):
     /// recovery then replays what it finds without cutting, truncating or starting
     /// anything.

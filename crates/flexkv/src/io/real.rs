@@ -98,16 +98,17 @@ impl Vfs for RealVfs {
             .create(true)
             .truncate(false)
             .open(path)
-            .or_else(|e| match e.kind() {
-                // A lock file on a read-only mount (or one this user may not write)
-                // locks as well opened for reading, if it exists.
-                std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
-                    File::open(path).map_err(|_| e)
-                }
-                _ => Err(e),
-            })
             .map_err(|e| Error::io("lock", path, e))?;
         match file.try_lock() {
+            Ok(()) => Ok(FileLock::new(file)),
+            Err(fs::TryLockError::WouldBlock) => Err(Error::Locked(path.to_path_buf())),
+            Err(fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
+        }
+    }
+
+    fn lock_shared(&self, path: &Path) -> Result<FileLock> {
+        let file = File::open(path).map_err(|e| Error::io("lock", path, e))?;
+        match file.try_lock_shared() {
             Ok(()) => Ok(FileLock::new(file)),
             Err(fs::TryLockError::WouldBlock) => Err(Error::Locked(path.to_path_buf())),
             Err(fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
@@ -615,7 +616,26 @@ mod tests {
         let path = dir.path().join("LOCK");
         let first = vfs.lock(&path).unwrap();
         assert!(matches!(vfs.lock(&path), Err(Error::Locked(p)) if p == path));
+        assert!(matches!(vfs.lock_shared(&path), Err(Error::Locked(_))));
         drop(first);
+        vfs.lock(&path).unwrap();
+    }
+
+    #[test]
+    fn shared_locks_exclude_an_exclusive_one_and_not_each_other() {
+        let (dir, vfs) = vfs_in_tempdir();
+        let path = dir.path().join("LOCK");
+        assert!(
+            vfs.lock_shared(&path).is_err(),
+            "a shared lock made its file"
+        );
+        drop(vfs.lock(&path).unwrap());
+        let a = vfs.lock_shared(&path).unwrap();
+        let b = vfs.lock_shared(&path).unwrap();
+        assert!(matches!(vfs.lock(&path), Err(Error::Locked(_))));
+        drop(a);
+        assert!(matches!(vfs.lock(&path), Err(Error::Locked(_))));
+        drop(b);
         vfs.lock(&path).unwrap();
     }
 }
