@@ -114,7 +114,9 @@ pub(crate) struct Recovered {
 
 impl Wal {
     /// Reads every segment in `dir`, returns the groups above `applied`, cuts the log
-    /// after its last good record (durably), and starts a new segment for writes.
+    /// after its last good record (durably), and starts a new segment for writes; on a
+    /// read-only file system ([`Vfs::read_only`]) it cuts and starts nothing, and its
+    /// writer refuses every write.
     /// `holds` says whether an op's value-log pointer is valid; an op that points past
     /// the value log's end ends the log like a torn record does.
     pub(crate) fn recover(
