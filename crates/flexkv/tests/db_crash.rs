@@ -28,6 +28,10 @@ const BATCHES: usize = 40;
 const CRASH_POINTS: u64 = 1000;
 
 fn open(vfs: &FaultVfs) -> flexkv::Result<Db> {
+    builder(vfs).open()
+}
+
+fn builder(vfs: &FaultVfs) -> flexkv::Builder {
     Db::builder(DIR)
         .vfs(vfs.shared())
         .value_threshold(64)
@@ -39,7 +43,6 @@ fn open(vfs: &FaultVfs) -> flexkv::Result<Db> {
         .interval_pairs(4)
         .index_fanout(4)
         .space_options(small_space())
-        .open()
 }
 
 fn key(t: usize, i: usize, part: &str) -> Vec<u8> {
@@ -182,8 +185,27 @@ fn many_writers_crash_at_every_point_and_recover_a_prefix() {
         let mode = vfs.crash(CrashMode::Random);
         modes.insert(format!("{mode:?}"));
         let ctx = format!("point {point} (disk dead from op {fail_at}), {mode:?}");
+        // Opened read-only first: the same recovery, with nothing written.
+        let changes = vfs.change_count();
+        let ro = (builder(&vfs).read_only(true).open())
+            .unwrap_or_else(|e| panic!("{ctx}: read-only reopen failed: {e}"));
+        check(&ro, &outcomes, &format!("{ctx}, read-only"));
+        ro.check()
+            .unwrap_or_else(|e| panic!("{ctx}: read-only check after recovery: {e}"));
+        let seen: Vec<_> = ro.iter().map(|r| r.unwrap()).collect();
+        ro.close().unwrap();
+        assert_eq!(
+            vfs.change_count(),
+            changes,
+            "{ctx}: the read-only open wrote"
+        );
         let db = open(&vfs).unwrap_or_else(|e| panic!("{ctx}: reopen failed: {e}"));
         check(&db, &outcomes, &ctx);
+        let recovered: Vec<_> = db.iter().map(|r| r.unwrap()).collect();
+        assert!(
+            recovered == seen,
+            "{ctx}: the read-only open saw other pairs"
+        );
         db.check()
             .unwrap_or_else(|e| panic!("{ctx}: check after recovery: {e}"));
         // The recovered database takes writes and keeps them.

@@ -49,6 +49,21 @@ fn value(round: u64, t: usize, i: u64) -> Vec<u8> {
     vec![(round as usize * 7 + t * 3 + i as usize) as u8; len]
 }
 
+/// Every file under `dir` and its bytes.
+fn files(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(files(&path));
+        } else {
+            out.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
 fn open(dir: &Path) -> flexkv::Result<Db> {
     Db::builder(dir).value_threshold(256).open()
 }
@@ -122,7 +137,25 @@ fn child_processes_killed_at_random_moments_lose_no_acknowledged_write() {
         for (t, i) in rx.try_iter() {
             acked[t] = acked[t].max(Some(i));
         }
+        // Read-only first: the pairs the recovery below finds, and not a byte changed.
+        let before = files(dir.path());
+        let ro = (Db::builder(dir.path())
+            .value_threshold(256)
+            .read_only(true)
+            .open())
+        .unwrap_or_else(|e| panic!("round {round}: read-only reopen: {e}"));
+        let seen: Vec<_> = ro.iter().map(|r| r.unwrap()).collect();
+        ro.close().unwrap();
+        assert!(
+            files(dir.path()) == before,
+            "round {round}: the read-only open changed a file"
+        );
         let db = open(dir.path()).unwrap_or_else(|e| panic!("round {round}: reopen: {e}"));
+        let recovered: Vec<_> = db.iter().map(|r| r.unwrap()).collect();
+        assert!(
+            recovered == seen,
+            "round {round}: read-only saw other pairs"
+        );
         let ks = db.default_keyspace();
         for (t, last_ack) in acked.iter().enumerate() {
             // Everything acknowledged is there, whole; past it, a prefix at most.
