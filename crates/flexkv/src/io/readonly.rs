@@ -72,11 +72,9 @@ impl Vfs for ReadOnlyVfs {
         Ok(())
     }
 
-    /// A shared lock: read-only handles exclude a writer, and not each other.
+    /// A shared lock, on an existing lock file: read-only handles exclude a writer, and
+    /// not each other.
     fn lock(&self, path: &Path) -> Result<FileLock> {
-        if !self.inner.exists(path)? {
-            return Err(refused("creating", path));
-        }
         self.inner.lock_shared(path)
     }
 

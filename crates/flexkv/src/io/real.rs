@@ -99,20 +99,24 @@ impl Vfs for RealVfs {
             .truncate(false)
             .open(path)
             .map_err(|e| Error::io("lock", path, e))?;
-        match file.try_lock() {
-            Ok(()) => Ok(FileLock::new(file)),
-            Err(fs::TryLockError::WouldBlock) => Err(Error::Locked(path.to_path_buf())),
-            Err(fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
-        }
+        let taken = file.try_lock();
+        held(file, taken, path)
     }
 
     fn lock_shared(&self, path: &Path) -> Result<FileLock> {
         let file = File::open(path).map_err(|e| Error::io("lock", path, e))?;
-        match file.try_lock_shared() {
-            Ok(()) => Ok(FileLock::new(file)),
-            Err(fs::TryLockError::WouldBlock) => Err(Error::Locked(path.to_path_buf())),
-            Err(fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
-        }
+        let taken = file.try_lock_shared();
+        held(file, taken, path)
+    }
+}
+
+/// The lock on `file` (at `path`) that an attempt to take it gave: held, or taken by
+/// someone else ([`Error::Locked`]).
+fn held(file: File, taken: Result<(), fs::TryLockError>, path: &Path) -> Result<FileLock> {
+    match taken {
+        Ok(()) => Ok(FileLock::new(file)),
+        Err(fs::TryLockError::WouldBlock) => Err(Error::Locked(path.to_path_buf())),
+        Err(fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
     }
 }
 
