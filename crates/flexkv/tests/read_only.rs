@@ -19,20 +19,16 @@ fn open_read_only(vfs: &FaultVfs) -> flexkv::Result<Db> {
     Db::builder(DIR).vfs(vfs.shared()).read_only(true).open()
 }
 
-/// Every file of the database and its bytes.
+/// Every file of the database and its bytes (its directory and its keyspaces').
 fn files(vfs: &FaultVfs) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
-    let mut dirs = vec![Path::new(DIR).to_path_buf()];
-    while let Some(dir) = dirs.pop() {
+    for dir in ["", "ks-00000000", "ks-00000001"].map(|d| Path::new(DIR).join(d)) {
+        if !vfs.exists(&dir).unwrap() {
+            continue;
+        }
         for name in vfs.list(&dir).unwrap() {
             let path = dir.join(&name);
             out.insert(path.display().to_string(), vfs.contents(&path).unwrap());
-        }
-        for ks in ["ks-00000000", "ks-00000001"] {
-            let sub = dir.join(ks);
-            if dir == Path::new(DIR) && vfs.exists(&sub).unwrap() {
-                dirs.push(sub);
-            }
         }
     }
     out
