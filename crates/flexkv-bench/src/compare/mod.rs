@@ -141,7 +141,7 @@ impl Progress for LineProgress {
 
     fn finish(&self, r: &PhaseResult) {
         eprintln!(
-            "{} {:<12} {:>12} ops/s  p99 {:>9.1} µs  WA {:>5}  wrote {:>6} MB  RSS {:>5.0} MiB (file pages {:.0})",
+            "{} {:<12} {:>12} ops/s  p99 {:>9.1} µs  WA {:>5}  wrote {:>6} MB  RSS {:>5.0} MiB (less file pages {:.0}; file pages at end {:.0})",
             self.prefix,
             r.workload,
             report::thousands(r.ops_per_sec as u64),
@@ -149,6 +149,7 @@ impl Progress for LineProgress {
             r.write_amp.map_or("–".into(), |w| format!("{w:.2}")),
             report::thousands(r.device_bytes / 1_000_000),
             r.peak_rss_mib,
+            r.held_peak_mib,
             r.file_rss_mib
         );
         if let Some(c) = &r.counters {

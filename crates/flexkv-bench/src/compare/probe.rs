@@ -3,6 +3,9 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 fn field(file: &str, name: &str) -> Option<u64> {
     let text = std::fs::read_to_string(file).ok()?;
@@ -29,6 +32,55 @@ pub fn peak_rss_kib() -> u64 {
 /// `malloc`'s is.
 pub fn file_rss_kib() -> u64 {
     field("/proc/self/status", "RssFile:").unwrap_or(0)
+}
+
+/// The resident memory this process holds itself, KiB: the resident set less the
+/// mapped file pages (`RssAnon` plus `RssShmem` of `/proc/self/status`), so the heap,
+/// the stacks and the memory mapped from the kernel, but not the page cache's pages an
+/// engine reads through a mapping, which the kernel can drop whenever it needs them.
+pub fn held_rss_kib() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    let get = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    get("RssAnon:") + get("RssShmem:")
+}
+
+/// The largest [`held_rss_kib`] while it runs, sampled on a thread of its own every
+/// `every` and once more at [`finish`](Self::finish). The kernel keeps no peak of this
+/// part of the resident set (its `VmHWM` counts the file pages too), so a spike shorter
+/// than `every` between two samples can go unseen.
+pub struct HeldPeak {
+    stop: mpsc::Sender<()>,
+    thread: JoinHandle<u64>,
+}
+
+impl HeldPeak {
+    /// Starts sampling.
+    pub fn start(every: Duration) -> HeldPeak {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let mut peak = held_rss_kib();
+            loop {
+                match stopped.recv_timeout(every) {
+                    Err(RecvTimeoutError::Timeout) => peak = peak.max(held_rss_kib()),
+                    _ => return peak.max(held_rss_kib()),
+                }
+            }
+        });
+        HeldPeak { stop, thread }
+    }
+
+    /// Stops sampling and returns the peak, KiB (0 if the sampling thread panicked).
+    pub fn finish(self) -> u64 {
+        drop(self.stop);
+        self.thread.join().unwrap_or(0)
+    }
 }
 
 static RESET_WARNED: AtomicBool = AtomicBool::new(false);
@@ -59,4 +111,77 @@ pub fn disk_bytes(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// These tests measure the whole process: one at a time.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+    /// 64 MiB mapped from the kernel and written, so every page is resident until
+    /// the mapping is dropped (an allocator might keep freed memory).
+    fn held() -> memmap2::MmapMut {
+        let mut m = memmap2::MmapMut::map_anon(64 << 20).unwrap();
+        m.fill(1);
+        m
+    }
+
+    #[test]
+    fn held_peak_sees_memory_held_when_it_finishes() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let peak = HeldPeak::start(Duration::from_secs(3600));
+        let before = held_rss_kib();
+        let m = held();
+        let got = peak.finish();
+        drop(m);
+        assert!(
+            got >= before + (48 << 10),
+            "peak {got} KiB, {before} KiB before"
+        );
+    }
+
+    #[test]
+    fn held_peak_sees_memory_held_only_between_samples() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let peak = HeldPeak::start(Duration::from_millis(5));
+        let before = held_rss_kib();
+        let m = held();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(m);
+        let after = held_rss_kib();
+        let got = peak.finish();
+        assert!(
+            after < before + (16 << 10),
+            "the memory went back: {after} KiB"
+        );
+        assert!(
+            got >= before + (48 << 10),
+            "peak {got} KiB, {before} KiB before"
+        );
+    }
+
+    #[test]
+    fn held_memory_leaves_out_mapped_file_pages() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut &file, &vec![7u8; 64 << 20]).unwrap();
+        #[allow(unsafe_code)]
+        // SAFETY: nothing changes the temporary file while it is mapped.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        let (held, files) = (held_rss_kib(), file_rss_kib());
+        let sum: u64 = map.iter().step_by(4096).map(|&b| u64::from(b)).sum();
+        assert_eq!(sum, 7 * (64 << 20) / 4096);
+        let (held_now, files_now) = (held_rss_kib(), file_rss_kib());
+        assert!(
+            files_now >= files + (48 << 10),
+            "the pages read are resident: {files_now} KiB"
+        );
+        assert!(
+            held_now < held + (16 << 10),
+            "and not held: {held_now} KiB, {held} before"
+        );
+    }
 }

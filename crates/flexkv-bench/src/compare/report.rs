@@ -192,15 +192,18 @@ pub fn markdown(report: &Report) -> String {
         }
         let _ = writeln!(
             out,
-            "\n| workload | engine | p50 µs | p99 µs | p99.9 µs | latency of | write amp | MB written | space amp | peak RSS MiB | mapped file pages at end, MiB |"
+            "\n| workload | engine | p50 µs | p99 µs | p99.9 µs | latency of | write amp | MB written | space amp | peak RSS MiB | peak RSS less mapped file pages, MiB | mapped file pages at end, MiB |"
         );
-        let _ = writeln!(out, "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            out,
+            "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
+        );
         for w in &names {
             for r in &runs {
                 if let Some(p) = phase(r, w) {
                     let _ = writeln!(
                         out,
-                        "| {w} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {:.0} | {:.0} |",
+                        "| {w} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} |",
                         r.engine,
                         p.p50_us,
                         p.p99_us,
@@ -210,6 +213,7 @@ pub fn markdown(report: &Report) -> String {
                         thousands(p.device_bytes / 1_000_000),
                         opt(p.space_amp, 2),
                         p.peak_rss_mib,
+                        p.held_peak_mib,
                         p.file_rss_mib
                     );
                 }
@@ -374,6 +378,7 @@ mod tests {
             live_bytes: 116_000,
             space_amp: Some(1.72),
             peak_rss_mib: 50.0,
+            held_peak_mib: 30.0,
             file_rss_mib: 20.0,
             found: 1000,
             counters: None,

@@ -11,7 +11,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -224,6 +224,11 @@ pub struct PhaseResult {
     pub space_amp: Option<f64>,
     /// Peak resident memory during the phase, MiB.
     pub peak_rss_mib: f64,
+    /// Peak of the resident memory the process holds itself during the phase, the
+    /// mapped file pages left out ([`probe::held_rss_kib`], sampled every 10 ms by
+    /// [`probe::HeldPeak`]), MiB.
+    #[serde(default)]
+    pub held_peak_mib: f64,
     /// Of the resident memory at the phase's end, the file pages mapped into the
     /// process (`RssFile`; see [`probe::file_rss_kib`]), MiB.
     #[serde(default)]
@@ -406,6 +411,7 @@ impl Runner<'_> {
     {
         self.progress.start(workload.name(), total);
         probe::reset_peak_rss();
+        let held_peak = probe::HeldPeak::start(Duration::from_millis(10));
         let written_before = probe::bytes_written();
         let start = Instant::now();
         let tallies: Vec<EngineResult<Tally>> = std::thread::scope(|s| {
@@ -428,6 +434,7 @@ impl Runner<'_> {
             engine.sync()?;
         }
         let secs = start.elapsed().as_secs_f64();
+        let held_peak_kib = held_peak.finish();
         let device_bytes = probe::bytes_written().saturating_sub(written_before);
         let disk_bytes = probe::disk_bytes(dir);
         let live_bytes = live_pairs() * (self.spec.key_len + self.spec.value_len) as u64;
@@ -448,6 +455,7 @@ impl Runner<'_> {
             live_bytes,
             space_amp: ratio(disk_bytes, live_bytes),
             peak_rss_mib: probe::peak_rss_kib() as f64 / 1024.0,
+            held_peak_mib: held_peak_kib as f64 / 1024.0,
             file_rss_mib: probe::file_rss_kib() as f64 / 1024.0,
             found: tally.found,
             counters: self.spec.counters.then(|| engine.counters()).flatten(),
