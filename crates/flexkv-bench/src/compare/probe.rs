@@ -129,14 +129,32 @@ mod tests {
         m
     }
 
-    #[test]
-    fn held_peak_sees_memory_held_when_it_finishes() {
+    /// Samples every `every` while 64 MiB are held: with `hold`, for that long before
+    /// they are dropped and then the sampling finishes; without, the sampling finishes
+    /// first. Returns the memory held before, the peak, and the memory held at the end.
+    fn around_held(every: Duration, hold: Option<Duration>) -> (u64, u64, u64) {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let peak = HeldPeak::start(Duration::from_secs(3600));
+        let peak = HeldPeak::start(every);
         let before = held_rss_kib();
         let m = held();
-        let got = peak.finish();
-        drop(m);
+        let got = match hold {
+            Some(d) => {
+                std::thread::sleep(d);
+                drop(m);
+                peak.finish()
+            }
+            None => {
+                let got = peak.finish();
+                drop(m);
+                got
+            }
+        };
+        (before, got, held_rss_kib())
+    }
+
+    #[test]
+    fn held_peak_sees_memory_held_when_it_finishes() {
+        let (before, got, _) = around_held(Duration::from_secs(3600), None);
         assert!(
             got >= before + (48 << 10),
             "peak {got} KiB, {before} KiB before"
@@ -145,14 +163,8 @@ mod tests {
 
     #[test]
     fn held_peak_sees_memory_held_only_between_samples() {
-        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let peak = HeldPeak::start(Duration::from_millis(5));
-        let before = held_rss_kib();
-        let m = held();
-        std::thread::sleep(Duration::from_millis(300));
-        drop(m);
-        let after = held_rss_kib();
-        let got = peak.finish();
+        let hold = Some(Duration::from_millis(300));
+        let (before, got, after) = around_held(Duration::from_millis(5), hold);
         assert!(
             after < before + (16 << 10),
             "the memory went back: {after} KiB"
