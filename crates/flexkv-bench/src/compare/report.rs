@@ -507,8 +507,13 @@ mod tests {
             md.contains("| readrandom | 900,000 | 1,200,000 | – | 0.75× (rocksdb) |"),
             "{md}"
         );
+        // The memory columns in order: peak RSS, its peak less mapped file pages, and
+        // the mapped file pages at the end.
         assert!(
-            md.contains("| fillrandom | rocksdb | 1.0 | 2.0 | 3.0 | op | 2.00 | 0 | 1.72 | 50 |")
+            md.contains(
+                "| fillrandom | rocksdb | 1.0 | 2.0 | 3.0 | op | 2.00 | 0 | 1.72 | 50 | 30 | 20 |"
+            ),
+            "{md}"
         );
         // A phase that writes nothing of its own still shows what the engine wrote in it.
         assert!(
